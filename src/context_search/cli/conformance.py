@@ -1,0 +1,55 @@
+"""``context-search conformance``: run the contract suite against a backend, print a table."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from context_search.conformance import CASES, ConformanceReport, run_conformance
+from context_search.contract import SearchConnector
+from context_search.memory import InMemorySearchConnector
+
+
+class Backend(enum.StrEnum):
+    MEMORY = "memory"
+
+
+@contextmanager
+def _memory() -> Iterator[SearchConnector]:
+    with InMemorySearchConnector() as connector:
+        yield connector
+
+
+def render(report: ConformanceReport, console: Console, *, backend: str) -> None:
+    table = Table(title=f"SearchConnector conformance — backend: {backend}")
+    table.add_column("#", justify="right")
+    table.add_column("group")
+    table.add_column("case")
+    table.add_column("result")
+    table.add_column("ms", justify="right")
+    table.add_column("detail", overflow="fold")
+    for i, r in enumerate(report.results, 1):
+        table.add_row(str(i), r.case.group, r.case.name,
+                      "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
+                      f"{r.seconds * 1000:.0f}", r.message or r.case.rule)
+    console.print(table)
+    console.print(f"{report.passed} passed, {report.failed} failed")
+
+
+def conformance(
+    backend: Backend = typer.Option(Backend.MEMORY, "--backend", "-b", help="Connector to test."),
+    case: list[str] = typer.Option([], "--case", "-k", help="Run only these case names."),
+) -> None:
+    """Run the SearchConnector conformance suite; exit 1 if any case fails."""
+    cases = [c for c in CASES if not case or c.name in case]
+    if not cases:
+        raise typer.BadParameter(f"no such case: {', '.join(case)}", param_hint="--case")
+    factory = _memory
+    report = run_conformance(factory, cases)
+    render(report, Console(width=160), backend=backend.value)
+    raise typer.Exit(code=0 if report.ok else 1)

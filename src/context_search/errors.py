@@ -1,0 +1,142 @@
+"""The error hierarchy: one base class, one subclass per failure kind, one stable code each.
+
+Callers branch on ``error.code`` (a string that never changes meaning) or on the class;
+the message is for humans and may change. Messages never name documents, owners, titles
+or paths the caller cannot see, so an error cannot be used to probe for existence.
+
+=========================  =====================================================
+code                       meaning
+=========================  =====================================================
+``INVALID_QUERY``          query text, top_k, scopes or min_score are malformed
+``INVALID_FILTER``         unknown filter key/operator or a value of the wrong type
+``INVALID_RECORD``         an ingestion record is malformed (names the record)
+``NOT_FOUND``              no visible document with that id (missing == out of scope)
+``INDEX_STALE``            the index does not cover the latest content of a target
+``REVISION_MISMATCH``      a pinned revision is not the readable one
+``RETRIEVER_UNCONFIGURED`` no retrieval backend is configured for the request
+``BACKEND_UNAVAILABLE``    the database could not be started or reached
+``BACKEND_ERROR``          the database failed while serving a request
+``DUPLICATE_REQUEST``      the same request key was already executed
+``QUOTA_EXCEEDED``         the caller's retrieval quota is used up
+``UNAUTHORIZED``           the caller may not perform this operation
+``INVALID_RESULT``         a backend returned a result violating the contract
+=========================  =====================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailableError",
+    "ContextSearchError",
+    "DuplicateRequestError",
+    "IndexStaleError",
+    "InvalidFilterError",
+    "InvalidQueryError",
+    "InvalidRecordError",
+    "InvalidResultError",
+    "NotFoundError",
+    "QuotaExceededError",
+    "RetrieverUnconfiguredError",
+    "RevisionMismatchError",
+    "UnauthorizedError",
+    "error_class_for",
+]
+
+_REGISTRY: dict[str, type[ContextSearchError]] = {}
+
+
+class ContextSearchError(Exception):
+    """Base of every error this library raises on purpose.
+
+    ``details`` carries machine-readable context (field names, limits) that is safe to show
+    the caller; it never contains data from documents outside the caller's scopes.
+    """
+
+    code: ClassVar[str] = "CONTEXT_SEARCH_ERROR"
+
+    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.code in _REGISTRY:
+            raise TypeError(f"duplicate error code {cls.code}")
+        _REGISTRY[cls.code] = cls
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep errors picklable across process pools despite keyword-only details.
+        return (_rebuild, (self.code, self.message, self.details))
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe shape used by the CLI and the tool gateway."""
+        return {"code": self.code, "message": self.message, "details": dict(self.details)}
+
+
+def _rebuild(code: str, message: str, details: dict[str, Any]) -> ContextSearchError:
+    return error_class_for(code)(message, details=details)
+
+
+def error_class_for(code: str) -> type[ContextSearchError]:
+    """Look an error class up by its stable code (the base class for unknown codes)."""
+    return _REGISTRY.get(code, ContextSearchError)
+
+
+class InvalidQueryError(ContextSearchError, ValueError):
+    code = "INVALID_QUERY"
+
+
+class InvalidFilterError(ContextSearchError, ValueError):
+    code = "INVALID_FILTER"
+
+
+class InvalidRecordError(ContextSearchError, ValueError):
+    code = "INVALID_RECORD"
+
+
+class NotFoundError(ContextSearchError, LookupError):
+    code = "NOT_FOUND"
+
+
+class IndexStaleError(ContextSearchError):
+    code = "INDEX_STALE"
+
+
+class RevisionMismatchError(ContextSearchError):
+    code = "REVISION_MISMATCH"
+
+
+class RetrieverUnconfiguredError(ContextSearchError):
+    code = "RETRIEVER_UNCONFIGURED"
+
+
+class BackendUnavailableError(ContextSearchError, ConnectionError):
+    code = "BACKEND_UNAVAILABLE"
+
+
+class BackendError(ContextSearchError, RuntimeError):
+    code = "BACKEND_ERROR"
+
+
+class DuplicateRequestError(ContextSearchError):
+    code = "DUPLICATE_REQUEST"
+
+
+class QuotaExceededError(ContextSearchError):
+    code = "QUOTA_EXCEEDED"
+
+
+class UnauthorizedError(ContextSearchError, PermissionError):
+    code = "UNAUTHORIZED"
+
+
+class InvalidResultError(ContextSearchError):
+    code = "INVALID_RESULT"

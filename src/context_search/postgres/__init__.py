@@ -1,0 +1,1 @@
+"""PostgreSQL + pgvector backend: server resolution, schema and retrieval."""

@@ -1,0 +1,14 @@
+"""Text processing: byte-offset chunking and CJK-aware tokenisation."""
+
+from context_search.text.chunking import Chunk, chunk_text, validate_spans
+from context_search.text.segment import is_cjk, segment_for_index, segment_for_query, tokenize
+
+__all__ = [
+    "Chunk",
+    "chunk_text",
+    "is_cjk",
+    "segment_for_index",
+    "segment_for_query",
+    "tokenize",
+    "validate_spans",
+]

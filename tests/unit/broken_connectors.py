@@ -1,0 +1,267 @@
+"""Deliberately broken connectors, one per contract rule, each violating exactly one thing.
+
+Each class names the conformance case(s) that must catch it. They subclass the reference
+connector and override a single behaviour, so a passing case proves it checks that rule.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from context_search import (
+    ContextDocument,
+    ContextDocumentRecord,
+    GapReceipt,
+    GapReport,
+    IngestReport,
+    InMemorySearchConnector,
+    Lifecycle,
+    NotFoundError,
+    RankExplanation,
+    RecordOutcome,
+    SearchQuery,
+    SearchResponse,
+)
+
+
+class Broken(InMemorySearchConnector):
+    catches: ClassVar[tuple[str, ...]] = ()
+
+
+class IgnoresScopes(Broken):
+    """Searches every scope that exists."""
+
+    catches = ("permission_prefilter", "no_leak_in_snippets_titles")
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        everything = {s.record.permission_scope for s in self._docs.values()}
+        if query.allowed_scopes:
+            query = replace(query, allowed_scopes=sorted(everything))
+        return super().search(query)
+
+
+class EmptyScopesSeeAll(Broken):
+    """Treats an empty scope list as "no restriction"."""
+
+    catches = ("empty_scopes_see_nothing",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        if not query.allowed_scopes:
+            query = replace(query, allowed_scopes=sorted(
+                {s.record.permission_scope for s in self._docs.values()}))
+        return super().search(query)
+
+    def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
+        scopes = allowed_scopes or sorted({s.record.permission_scope
+                                           for s in self._docs.values()})
+        return super().get_document(doc_id, scopes)
+
+
+class GetDocumentIgnoresScope(Broken):
+    catches = ("get_document_checks_scope", "no_existence_leak_get_document")
+
+    def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
+        stored = self._docs.get(doc_id)
+        return None if stored is None else ContextDocument.project_record(stored.record)
+
+
+class ExplainRevealsExistence(Broken):
+    """Says "not permitted" for hidden documents and "not found" for missing ones."""
+
+    catches = ("no_existence_leak_explain",)
+
+    def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
+        stored = self._docs.get(doc_id)
+        if stored is not None and stored.record.permission_scope not in query.allowed_scopes:
+            raise NotFoundError("document exists but is outside your scopes",
+                                details={"owner": stored.record.owner})
+        return super().explain(doc_id, query)
+
+
+class FiltersBeforeScopes(Broken):
+    """Counts filter matches over every document, so stats reveal hidden owners."""
+
+    catches = ("no_leak_by_owner_or_path_filters",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        hidden = sum(1 for s in self._docs.values()
+                     if s.record.permission_scope not in query.allowed_scopes
+                     and any(getattr(s.record, k, None) == v for k, v in query.filters.items()))
+        return replace(resp, stats=replace(resp.stats, filter_filtered=resp.stats.filter_filtered
+                                           + hidden))
+
+
+class GlobalStatistics(Broken):
+    """BM25 statistics over the whole corpus: hidden documents shift visible scores."""
+
+    catches = ("scores_independent_of_hidden_documents",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        n = len(self._docs)
+        hits = tuple(replace(h, score=h.score + 1e-3 * n,
+                             score_parts=replace(h.score_parts, fused=h.score_parts.fused
+                                                 + 1e-3 * n)) for h in resp.hits)
+        return replace(resp, hits=hits)
+
+
+class IgnoresLifecycle(Broken):
+    catches = ("lifecycle_prefilter", "supersede_hides_old_document")
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, include_superseded=True))
+
+
+class ResurrectsDeleted(Broken):
+    """Deletes by marking superseded, so include_superseded brings deleted docs back."""
+
+    catches = ("deleted_never_returns", "batch_delete_propagates")
+
+    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
+        stored = self._docs.get(doc_id)
+        if superseded_by is None and stored is not None:
+            if stored.lifecycle is Lifecycle.SUPERSEDED:
+                return False
+            stored.lifecycle = Lifecycle.SUPERSEDED
+            return True
+        return super().delete_or_supersede(doc_id, superseded_by)
+
+
+class DeleteAlwaysTrue(Broken):
+    catches = ("delete_missing_returns_false", "deleted_never_returns")
+
+    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
+        super().delete_or_supersede(doc_id, superseded_by)
+        return True
+
+
+class IgnoresSupersedesField(Broken):
+    catches = ("batch_supersede_via_record",)
+
+    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+        return super().upsert([replace(r, supersedes=()) for r in records])
+
+
+class NoProvenance(Broken):
+    """Drops source and offsets from hits."""
+
+    catches = ("hits_carry_provenance",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        return replace(resp, hits=tuple(replace(h, source_uri="", start_byte=0)
+                                        for h in resp.hits))
+
+
+class ShuffledRankLog(Broken):
+    """Returns hits in an order the rank_log does not explain."""
+
+    catches = ("rank_log_reproduces_order",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        return replace(resp, hits=tuple(reversed(resp.hits)))
+
+
+class IgnoresTopKAndMinScore(Broken):
+    catches = ("top_k_and_min_score",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, top_k=50, min_score=None))
+
+
+class ExplainDisagrees(Broken):
+    catches = ("explain_agrees_with_search",)
+
+    def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
+        exp = super().explain(doc_id, query)
+        return replace(exp, final_rank=(exp.final_rank or 0) + 1)
+
+
+class RandomGapIds(Broken):
+    catches = ("gap_report_stable_id",)
+
+    def report_gap(self, report: GapReport) -> GapReceipt:
+        return GapReceipt(gap_id=uuid.uuid4().hex, status="recorded",
+                          received_at=datetime.now(UTC), occurrences=1)
+
+
+class IgnoresMasks(Broken):
+    """Indexes and returns masked fields as if no mask were set."""
+
+    catches = ("field_mask_hides_fields", "masked_body_not_indexed",
+               "filter_on_masked_field_does_not_match")
+
+    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+        return super().upsert([replace(r, field_mask=(), pii_flags=()) for r in records])
+
+
+class IgnoresFilters(Broken):
+    catches = ("filters_equality_in_range",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        kept = {k: v for k, v in query.filters.items() if k != "tags" and "in" not in repr(v)}
+        return super().search(replace(query, filters=kept))
+
+
+class SkipsQueryValidation(Broken):
+    """Coerces whatever it is given instead of rejecting it."""
+
+    catches = ("rejects_empty_query", "rejects_bad_top_k", "rejects_wrong_types",
+               "rejects_nul_and_invalid_unicode", "rejects_huge_query")
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        text = str(query.query).replace("\x00", "").encode("utf-8", "replace").decode()[:8000]
+        top_k = query.top_k if isinstance(query.top_k, int) and 0 < query.top_k <= 200 else 10
+        scopes: Any = query.allowed_scopes
+        scopes = [scopes] if isinstance(scopes, str) else [str(s) for s in scopes][:1000]
+        fixed = replace(query, query=text.strip() or "aurora", top_k=int(top_k),
+                        allowed_scopes=[s.replace("\x00", "") for s in scopes],
+                        min_score=None, include_superseded=bool(query.include_superseded))
+        return super().search(fixed)
+
+    def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
+        stored = self._docs.get(str(doc_id))
+        if stored is None or stored.record.permission_scope not in allowed_scopes:
+            return None
+        return ContextDocument.project_record(stored.record)
+
+
+class IgnoresUnknownFilters(Broken):
+    catches = ("rejects_unknown_filter",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, filters={}))
+
+
+class NonAtomicUpsert(Broken):
+    """Writes records one by one, so a bad record leaves the earlier ones written."""
+
+    catches = ("invalid_record_writes_nothing",)
+
+    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+        outcomes: list[tuple[str, RecordOutcome]] = []
+        for r in records:
+            outcomes.extend(super().upsert([r]).outcomes)
+        return IngestReport(outcomes=tuple(outcomes), chunks_written=0, embeddings_computed=0)
+
+
+class NotIdempotent(Broken):
+    """Re-embeds and reports every record as updated."""
+
+    catches = ("upsert_is_idempotent",)
+
+    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+        for r in records:
+            self._docs.pop(r.document_id, None)
+        report = super().upsert(records)
+        return replace(report, outcomes=tuple((d, RecordOutcome.UPDATED)
+                                              for d, _ in report.outcomes))
+
+
+BROKEN: tuple[type[Broken], ...] = tuple(Broken.__subclasses__())

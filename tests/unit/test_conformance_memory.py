@@ -1,0 +1,61 @@
+"""The reference connector passes every case; every broken connector fails its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+import pytest
+
+from context_search import InMemorySearchConnector, SearchConnector
+from context_search.conformance import CASES, Case, ConformanceFailure, run_case, run_conformance
+from tests.unit.broken_connectors import BROKEN, Broken
+
+pytestmark = pytest.mark.unit
+
+
+def _factory(cls: type[InMemorySearchConnector]) -> Callable[
+        [], AbstractContextManager[SearchConnector]]:
+    @contextmanager
+    def make() -> Iterator[SearchConnector]:
+        with cls() as connector:
+            yield connector
+
+    return make
+
+
+def test_suite_has_at_least_twenty_cases() -> None:
+    assert len(CASES) >= 20
+    assert len({c.name for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_reference_connector_conforms(case: Case) -> None:
+    run_case(case, _factory(InMemorySearchConnector))
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=lambda b: b.__name__)
+def test_broken_connector_is_caught(broken: type[Broken]) -> None:
+    by_name = {c.name: c for c in CASES}
+    assert broken.catches, f"{broken.__name__} names no case"
+    for name in broken.catches:
+        with pytest.raises(ConformanceFailure):
+            run_case(by_name[name], _factory(broken))
+
+
+def test_every_case_is_targeted_by_a_broken_connector() -> None:
+    targeted = {name for b in BROKEN for name in b.catches}
+    assert {c.name for c in CASES} <= targeted
+
+
+def test_runner_reports_crashes_as_failures() -> None:
+    class Crashes(InMemorySearchConnector):
+        def search(self, query):  # type: ignore[no-untyped-def]
+            raise RuntimeError("backend exploded")
+
+        get_document = explain = search  # type: ignore[assignment]
+
+    report = run_conformance(_factory(Crashes), [c for c in CASES if c.group == "permission"])
+    assert report.failed == len(report.results) > 0
+    assert all("backend exploded" in r.message or "RuntimeError" in r.message
+               for r in report.results)
