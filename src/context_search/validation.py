@@ -88,9 +88,16 @@ class ValidQuery:
     min_score: float | None
 
 
-def check_text(value: object, *, name: str, error: type[InvalidQueryError] | type[
-        InvalidRecordError] | type[InvalidFilterError] = InvalidQueryError,
-        max_bytes: int | None = None, allow_empty: bool = True) -> str:
+def check_text(
+    value: object,
+    *,
+    name: str,
+    error: type[InvalidQueryError]
+    | type[InvalidRecordError]
+    | type[InvalidFilterError] = InvalidQueryError,
+    max_bytes: int | None = None,
+    allow_empty: bool = True,
+) -> str:
     """Reject non-str, NUL bytes, lone surrogates (not encodable UTF-8) and oversize values."""
     if not isinstance(value, str):
         raise error(f"{name} must be a string", details={"field": name})
@@ -99,10 +106,13 @@ def check_text(value: object, *, name: str, error: type[InvalidQueryError] | typ
     try:
         encoded = value.encode("utf-8")
     except UnicodeEncodeError:
-        raise error(f"{name} is not valid UTF-8 (lone surrogate)", details={"field": name}) from None
+        raise error(
+            f"{name} is not valid UTF-8 (lone surrogate)", details={"field": name}
+        ) from None
     if max_bytes is not None and len(encoded) > max_bytes:
-        raise error(f"{name} exceeds {max_bytes} UTF-8 bytes", details={"field": name,
-                    "limit": max_bytes})
+        raise error(
+            f"{name} exceeds {max_bytes} UTF-8 bytes", details={"field": name, "limit": max_bytes}
+        )
     if not allow_empty and not value.strip():
         raise error(f"{name} must not be empty", details={"field": name})
     return value
@@ -111,23 +121,28 @@ def check_text(value: object, *, name: str, error: type[InvalidQueryError] | typ
 def validate_scopes(scopes: object) -> frozenset[str]:
     """A caller's scopes: a sequence (not a bare string) of short, clean scope names."""
     if isinstance(scopes, (str, bytes)) or not isinstance(scopes, (Sequence, frozenset, set)):
-        raise InvalidQueryError("allowed_scopes must be a sequence of strings",
-                                details={"field": "allowed_scopes"})
+        raise InvalidQueryError(
+            "allowed_scopes must be a sequence of strings", details={"field": "allowed_scopes"}
+        )
     if len(scopes) > MAX_SCOPES:
-        raise InvalidQueryError(f"allowed_scopes has more than {MAX_SCOPES} entries",
-                                details={"field": "allowed_scopes", "limit": MAX_SCOPES})
+        raise InvalidQueryError(
+            f"allowed_scopes has more than {MAX_SCOPES} entries",
+            details={"field": "allowed_scopes", "limit": MAX_SCOPES},
+        )
     for scope in scopes:
         check_text(scope, name="allowed_scopes[]", allow_empty=False)
         if len(scope) > MAX_SCOPE_CHARS:
-            raise InvalidQueryError("a scope is longer than 256 characters",
-                                    details={"field": "allowed_scopes"})
+            raise InvalidQueryError(
+                "a scope is longer than 256 characters", details={"field": "allowed_scopes"}
+            )
     return frozenset(scopes)
 
 
 def validate_doc_id(doc_id: object) -> str:
     if not isinstance(doc_id, str) or len(doc_id) > MAX_ID_CHARS:
-        raise InvalidQueryError("doc_id must be a string of at most 512 characters",
-                                details={"field": "doc_id"})
+        raise InvalidQueryError(
+            "doc_id must be a string of at most 512 characters", details={"field": "doc_id"}
+        )
     return check_text(doc_id, name="doc_id", allow_empty=False)
 
 
@@ -140,8 +155,9 @@ def _check_number(value: object, *, name: str) -> float:
 def _filter_scalar(field: str, kind: str, value: object) -> Any:
     if kind == "time":
         if not isinstance(value, datetime) or value.tzinfo is None:
-            raise InvalidFilterError(f"filter {field} needs a timezone-aware datetime",
-                                     details={"field": field})
+            raise InvalidFilterError(
+                f"filter {field} needs a timezone-aware datetime", details={"field": field}
+            )
         return value
     if field.startswith("metadata."):
         if isinstance(value, bool):
@@ -174,37 +190,46 @@ def _parse_filters(filters: object) -> tuple[FilterClause, ...]:
         elif key in FILTER_FIELDS:
             kind = FILTER_FIELDS[key]
         else:
-            raise InvalidFilterError(f"unknown filter key {key!r}",
-                                     details={"field": key, "allowed": sorted(FILTER_FIELDS)})
+            raise InvalidFilterError(
+                f"unknown filter key {key!r}",
+                details={"field": key, "allowed": sorted(FILTER_FIELDS)},
+            )
         if isinstance(raw, Mapping):
             if not raw:
                 raise InvalidFilterError(f"filter {key} has no operator", details={"field": key})
             for op, operand in sorted(raw.items(), key=lambda kv: str(kv[0])):
                 if op == "in":
                     if isinstance(operand, (str, bytes)) or not isinstance(operand, Sequence):
-                        raise InvalidFilterError(f"filter {key}.in needs a list",
-                                                 details={"field": key})
+                        raise InvalidFilterError(
+                            f"filter {key}.in needs a list", details={"field": key}
+                        )
                     if not operand or len(operand) > 1000:
-                        raise InvalidFilterError(f"filter {key}.in needs 1..1000 values",
-                                                 details={"field": key})
+                        raise InvalidFilterError(
+                            f"filter {key}.in needs 1..1000 values", details={"field": key}
+                        )
                     values = tuple(_filter_scalar(key, kind, v) for v in operand)
                     clauses.append(FilterClause(key, "in", values))
                 elif op in _RANGE_OPS:
                     if kind == "tags":
-                        raise InvalidFilterError("tags do not support ranges",
-                                                 details={"field": key})
+                        raise InvalidFilterError(
+                            "tags do not support ranges", details={"field": key}
+                        )
                     value = _filter_scalar(key, kind, operand)
                     if isinstance(value, bool) or (kind == "meta" and isinstance(value, str)):
-                        raise InvalidFilterError(f"range on {key} needs a number",
-                                                 details={"field": key})
+                        raise InvalidFilterError(
+                            f"range on {key} needs a number", details={"field": key}
+                        )
                     clauses.append(FilterClause(key, op, value))
                 else:
-                    raise InvalidFilterError(f"unknown filter operator {op!r} on {key}",
-                                             details={"field": key, "operator": str(op)})
+                    raise InvalidFilterError(
+                        f"unknown filter operator {op!r} on {key}",
+                        details={"field": key, "operator": str(op)},
+                    )
         else:
             if isinstance(raw, (list, tuple, set)):
-                raise InvalidFilterError(f"filter {key}: use {{'in': [...]}} for several values",
-                                         details={"field": key})
+                raise InvalidFilterError(
+                    f"filter {key}: use {{'in': [...]}} for several values", details={"field": key}
+                )
             clauses.append(FilterClause(key, "eq", _filter_scalar(key, kind, raw)))
     return tuple(clauses)
 
@@ -219,15 +244,25 @@ def validate_query(query: object) -> ValidQuery:
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise InvalidQueryError("top_k must be an integer", details={"field": "top_k"})
     if not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidQueryError(f"top_k must be between 1 and {MAX_TOP_K}",
-                                details={"field": "top_k", "limit": MAX_TOP_K})
+        raise InvalidQueryError(
+            f"top_k must be between 1 and {MAX_TOP_K}",
+            details={"field": "top_k", "limit": MAX_TOP_K},
+        )
     if not isinstance(query.include_superseded, bool):
-        raise InvalidQueryError("include_superseded must be a boolean",
-                                details={"field": "include_superseded"})
-    min_score = None if query.min_score is None else _check_number(query.min_score,
-                                                                    name="min_score")
-    return ValidQuery(text=text, scopes=scopes, top_k=top_k, filters=_parse_filters(query.filters),
-                      include_superseded=query.include_superseded, min_score=min_score)
+        raise InvalidQueryError(
+            "include_superseded must be a boolean", details={"field": "include_superseded"}
+        )
+    min_score = (
+        None if query.min_score is None else _check_number(query.min_score, name="min_score")
+    )
+    return ValidQuery(
+        text=text,
+        scopes=scopes,
+        top_k=top_k,
+        filters=_parse_filters(query.filters),
+        include_superseded=query.include_superseded,
+        min_score=min_score,
+    )
 
 
 def validate_gap(report: object) -> GapReport:
@@ -242,13 +277,29 @@ def validate_gap(report: object) -> GapReport:
 
 def _record_error(index: int, doc_id: object, message: str, fld: str) -> InvalidRecordError:
     shown = doc_id if isinstance(doc_id, str) and len(doc_id) <= MAX_ID_CHARS else None
-    return InvalidRecordError(f"record #{index} ({shown!r}): {message}",
-                              details={"index": index, "document_id": shown, "field": fld})
+    return InvalidRecordError(
+        f"record #{index} ({shown!r}): {message}",
+        details={"index": index, "document_id": shown, "field": fld},
+    )
 
 
-_TEXT_FIELDS = ("raw_source_id", "source_type", "source_system", "source_uri", "source_hash",
-                "object_type", "title", "summary", "review_status", "owner", "department",
-                "project", "embedding_model", "ingest_pipeline_version", "source_revision")
+_TEXT_FIELDS = (
+    "raw_source_id",
+    "source_type",
+    "source_system",
+    "source_uri",
+    "source_hash",
+    "object_type",
+    "title",
+    "summary",
+    "review_status",
+    "owner",
+    "department",
+    "project",
+    "embedding_model",
+    "ingest_pipeline_version",
+    "source_revision",
+)
 _TUPLE_FIELDS = ("tags", "entities", "pii_flags", "field_mask", "supersedes")
 
 
@@ -260,8 +311,13 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
 
     def text(name: str, value: object, *, allow_empty: bool = True, max_bytes: int = 65536) -> None:
         try:
-            check_text(value, name=name, error=InvalidRecordError, max_bytes=max_bytes,
-                       allow_empty=allow_empty)
+            check_text(
+                value,
+                name=name,
+                error=InvalidRecordError,
+                max_bytes=max_bytes,
+                allow_empty=allow_empty,
+            )
         except InvalidRecordError as exc:
             raise _record_error(index, doc_id, exc.message, name) from None
 
@@ -278,7 +334,8 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
             text(f"{name}[]", item, allow_empty=False, max_bytes=1024)
     for name in (*record.field_mask, *record.pii_flags):
         if name not in MASKABLE_FIELDS and not (
-                name.startswith("metadata.") and _METADATA_KEY.match(name[9:])):
+            name.startswith("metadata.") and _METADATA_KEY.match(name[9:])
+        ):
             raise _record_error(index, doc_id, f"cannot mask unknown field {name!r}", "field_mask")
     if doc_id in record.supersedes:
         raise _record_error(index, doc_id, "a document cannot supersede itself", "supersedes")
@@ -302,10 +359,14 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
     if not isinstance(record.chunks, tuple):
         raise _record_error(index, doc_id, "chunks must be a tuple of (start, end) spans", "chunks")
     for span in record.chunks:
-        if (not isinstance(span, tuple) or len(span) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)):
-            raise _record_error(index, doc_id, "chunks must be (start, end) integer pairs",
-                                "chunks")
+        if (
+            not isinstance(span, tuple)
+            or len(span) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+        ):
+            raise _record_error(
+                index, doc_id, "chunks must be (start, end) integer pairs", "chunks"
+            )
     return record
 
 
@@ -318,8 +379,7 @@ def validate_records(records: object) -> list[ContextDocumentRecord]:
     for i, record in enumerate(records):
         rec = validate_record(record, i)
         if rec.document_id in seen:
-            raise _record_error(i, rec.document_id, "duplicate document_id in batch",
-                                "document_id")
+            raise _record_error(i, rec.document_id, "duplicate document_id in batch", "document_id")
         seen.add(rec.document_id)
         out.append(rec)
     return out

@@ -51,13 +51,14 @@ class EmptyScopesSeeAll(Broken):
 
     def search(self, query: SearchQuery) -> SearchResponse:
         if not query.allowed_scopes:
-            query = replace(query, allowed_scopes=sorted(
-                {s.record.permission_scope for s in self._docs.values()}))
+            query = replace(
+                query,
+                allowed_scopes=sorted({s.record.permission_scope for s in self._docs.values()}),
+            )
         return super().search(query)
 
     def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
-        scopes = allowed_scopes or sorted({s.record.permission_scope
-                                           for s in self._docs.values()})
+        scopes = allowed_scopes or sorted({s.record.permission_scope for s in self._docs.values()})
         return super().get_document(doc_id, scopes)
 
 
@@ -77,8 +78,9 @@ class ExplainRevealsExistence(Broken):
     def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
         stored = self._docs.get(doc_id)
         if stored is not None and stored.record.permission_scope not in query.allowed_scopes:
-            raise NotFoundError("document exists but is outside your scopes",
-                                details={"owner": stored.record.owner})
+            raise NotFoundError(
+                "document exists but is outside your scopes", details={"owner": stored.record.owner}
+            )
         return super().explain(doc_id, query)
 
 
@@ -89,11 +91,15 @@ class FiltersBeforeScopes(Broken):
 
     def search(self, query: SearchQuery) -> SearchResponse:
         resp = super().search(query)
-        hidden = sum(1 for s in self._docs.values()
-                     if s.record.permission_scope not in query.allowed_scopes
-                     and any(getattr(s.record, k, None) == v for k, v in query.filters.items()))
-        return replace(resp, stats=replace(resp.stats, filter_filtered=resp.stats.filter_filtered
-                                           + hidden))
+        hidden = sum(
+            1
+            for s in self._docs.values()
+            if s.record.permission_scope not in query.allowed_scopes
+            and any(getattr(s.record, k, None) == v for k, v in query.filters.items())
+        )
+        return replace(
+            resp, stats=replace(resp.stats, filter_filtered=resp.stats.filter_filtered + hidden)
+        )
 
 
 class GlobalStatistics(Broken):
@@ -104,9 +110,14 @@ class GlobalStatistics(Broken):
     def search(self, query: SearchQuery) -> SearchResponse:
         resp = super().search(query)
         n = len(self._docs)
-        hits = tuple(replace(h, score=h.score + 1e-3 * n,
-                             score_parts=replace(h.score_parts, fused=h.score_parts.fused
-                                                 + 1e-3 * n)) for h in resp.hits)
+        hits = tuple(
+            replace(
+                h,
+                score=h.score + 1e-3 * n,
+                score_parts=replace(h.score_parts, fused=h.score_parts.fused + 1e-3 * n),
+            )
+            for h in resp.hits
+        )
         return replace(resp, hits=hits)
 
 
@@ -154,8 +165,7 @@ class NoProvenance(Broken):
 
     def search(self, query: SearchQuery) -> SearchResponse:
         resp = super().search(query)
-        return replace(resp, hits=tuple(replace(h, source_uri="", start_byte=0)
-                                        for h in resp.hits))
+        return replace(resp, hits=tuple(replace(h, source_uri="", start_byte=0) for h in resp.hits))
 
 
 class ShuffledRankLog(Broken):
@@ -187,15 +197,19 @@ class RandomGapIds(Broken):
     catches = ("gap_report_stable_id",)
 
     def report_gap(self, report: GapReport) -> GapReceipt:
-        return GapReceipt(gap_id=uuid.uuid4().hex, status="recorded",
-                          received_at=datetime.now(UTC), occurrences=1)
+        return GapReceipt(
+            gap_id=uuid.uuid4().hex, status="recorded", received_at=datetime.now(UTC), occurrences=1
+        )
 
 
 class IgnoresMasks(Broken):
     """Indexes and returns masked fields as if no mask were set."""
 
-    catches = ("field_mask_hides_fields", "masked_body_not_indexed",
-               "filter_on_masked_field_does_not_match")
+    catches = (
+        "field_mask_hides_fields",
+        "masked_body_not_indexed",
+        "filter_on_masked_field_does_not_match",
+    )
 
     def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
         return super().upsert([replace(r, field_mask=(), pii_flags=()) for r in records])
@@ -212,17 +226,27 @@ class IgnoresFilters(Broken):
 class SkipsQueryValidation(Broken):
     """Coerces whatever it is given instead of rejecting it."""
 
-    catches = ("rejects_empty_query", "rejects_bad_top_k", "rejects_wrong_types",
-               "rejects_nul_and_invalid_unicode", "rejects_huge_query")
+    catches = (
+        "rejects_empty_query",
+        "rejects_bad_top_k",
+        "rejects_wrong_types",
+        "rejects_nul_and_invalid_unicode",
+        "rejects_huge_query",
+    )
 
     def search(self, query: SearchQuery) -> SearchResponse:
         text = str(query.query).replace("\x00", "").encode("utf-8", "replace").decode()[:8000]
         top_k = query.top_k if isinstance(query.top_k, int) and 0 < query.top_k <= 200 else 10
         scopes: Any = query.allowed_scopes
         scopes = [scopes] if isinstance(scopes, str) else [str(s) for s in scopes][:1000]
-        fixed = replace(query, query=text.strip() or "aurora", top_k=int(top_k),
-                        allowed_scopes=[s.replace("\x00", "") for s in scopes],
-                        min_score=None, include_superseded=bool(query.include_superseded))
+        fixed = replace(
+            query,
+            query=text.strip() or "aurora",
+            top_k=int(top_k),
+            allowed_scopes=[s.replace("\x00", "") for s in scopes],
+            min_score=None,
+            include_superseded=bool(query.include_superseded),
+        )
         return super().search(fixed)
 
     def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
@@ -260,8 +284,9 @@ class NotIdempotent(Broken):
         for r in records:
             self._docs.pop(r.document_id, None)
         report = super().upsert(records)
-        return replace(report, outcomes=tuple((d, RecordOutcome.UPDATED)
-                                              for d, _ in report.outcomes))
+        return replace(
+            report, outcomes=tuple((d, RecordOutcome.UPDATED) for d, _ in report.outcomes)
+        )
 
 
 BROKEN: tuple[type[Broken], ...] = tuple(Broken.__subclasses__())

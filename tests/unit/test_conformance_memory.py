@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import NoReturn
 
 import pytest
 
@@ -14,8 +15,9 @@ from tests.unit.broken_connectors import BROKEN, Broken
 pytestmark = pytest.mark.unit
 
 
-def _factory(cls: type[InMemorySearchConnector]) -> Callable[
-        [], AbstractContextManager[SearchConnector]]:
+def _factory(
+    cls: type[InMemorySearchConnector],
+) -> Callable[[], AbstractContextManager[SearchConnector]]:
     @contextmanager
     def make() -> Iterator[SearchConnector]:
         with cls() as connector:
@@ -50,12 +52,13 @@ def test_every_case_is_targeted_by_a_broken_connector() -> None:
 
 def test_runner_reports_crashes_as_failures() -> None:
     class Crashes(InMemorySearchConnector):
-        def search(self, query):  # type: ignore[no-untyped-def]
+        def search(self, *args: object, **kwargs: object) -> NoReturn:
             raise RuntimeError("backend exploded")
 
-        get_document = explain = search  # type: ignore[assignment]
+        get_document = explain = search
 
     report = run_conformance(_factory(Crashes), [c for c in CASES if c.group == "permission"])
     assert report.failed == len(report.results) > 0
-    assert all("backend exploded" in r.message or "RuntimeError" in r.message
-               for r in report.results)
+    assert all(
+        "backend exploded" in r.message or "RuntimeError" in r.message for r in report.results
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -34,21 +35,30 @@ def render(report: ConformanceReport, console: Console, *, backend: str) -> None
     table.add_column("ms", justify="right")
     table.add_column("detail", overflow="fold")
     for i, r in enumerate(report.results, 1):
-        table.add_row(str(i), r.case.group, r.case.name,
-                      "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
-                      f"{r.seconds * 1000:.0f}", r.message or r.case.rule)
+        table.add_row(
+            str(i),
+            r.case.group,
+            r.case.name,
+            "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
+            f"{r.seconds * 1000:.0f}",
+            r.message or r.case.rule,
+        )
     console.print(table)
     console.print(f"{report.passed} passed, {report.failed} failed")
 
 
 def conformance(
-    backend: Backend = typer.Option(Backend.MEMORY, "--backend", "-b", help="Connector to test."),
-    case: list[str] = typer.Option([], "--case", "-k", help="Run only these case names."),
+    backend: Annotated[
+        Backend, typer.Option("--backend", "-b", help="Connector to test.")
+    ] = Backend.MEMORY,
+    case: Annotated[
+        list[str] | None, typer.Option("--case", "-k", help="Run only these case names.")
+    ] = None,
 ) -> None:
     """Run the SearchConnector conformance suite; exit 1 if any case fails."""
     cases = [c for c in CASES if not case or c.name in case]
     if not cases:
-        raise typer.BadParameter(f"no such case: {', '.join(case)}", param_hint="--case")
+        raise typer.BadParameter(f"no such case: {', '.join(case or [])}", param_hint="--case")
     factory = _memory
     report = run_conformance(factory, cases)
     render(report, Console(width=160), backend=backend.value)

@@ -42,8 +42,9 @@ class Case:
 CASES: list[Case] = []
 
 
-def case(group: str) -> Callable[[Callable[[SearchConnector], None]], Callable[[
-        SearchConnector], None]]:
+def case(
+    group: str,
+) -> Callable[[Callable[[SearchConnector], None]], Callable[[SearchConnector], None]]:
     """Register a case; its docstring's first line is the rule it checks."""
 
     def register(func: Callable[[SearchConnector], None]) -> Callable[[SearchConnector], None]:
@@ -90,8 +91,10 @@ def run_case(item: Case, factory: ConnectorFactory) -> None:
         item.func(connector)
 
 
-def run_conformance(factory: ConnectorFactory, cases: Iterable[Case] | None = None,
-                    ) -> ConformanceReport:
+def run_conformance(
+    factory: ConnectorFactory,
+    cases: Iterable[Case] | None = None,
+) -> ConformanceReport:
     """Run every case (or the given ones); an unexpected exception counts as a failure."""
     results: list[CaseResult] = []
     for item in CASES if cases is None else cases:
@@ -100,7 +103,7 @@ def run_conformance(factory: ConnectorFactory, cases: Iterable[Case] | None = No
             run_case(item, factory)
         except ConformanceFailure as exc:
             results.append(CaseResult(item, False, str(exc), time.perf_counter() - start))
-        except Exception as exc:  # noqa: BLE001 - any crash is a contract failure
+        except Exception as exc:
             last = traceback.format_exception_only(exc)[-1].strip()
             results.append(CaseResult(item, False, f"raised {last}", time.perf_counter() - start))
         else:

@@ -25,8 +25,9 @@ def _expect(code: str, label: str, call: Callable[[], object]) -> None:
             raise ConformanceFailure(f"{label}: expected {code}, got {exc.code}") from exc
         return
     except Exception as exc:
-        raise ConformanceFailure(f"{label}: expected {code}, got {type(exc).__name__}: "
-                                 f"{exc}") from exc
+        raise ConformanceFailure(
+            f"{label}: expected {code}, got {type(exc).__name__}: {exc}"
+        ) from exc
     raise ConformanceFailure(f"{label}: expected {code}, but the call returned {result!r:.80}")
 
 
@@ -83,8 +84,11 @@ def rejects_wrong_types(c: SearchConnector) -> None:
     _expect("INVALID_QUERY", "min_score=nan", _search(c, min_score=float("nan")))
     _expect("INVALID_QUERY", "include_superseded='yes'", _search(c, include_superseded="yes"))
     _expect("INVALID_QUERY", "get_document(None)", lambda: c.get_document(None, [TEAM]))  # type: ignore[arg-type]
-    _expect("INVALID_QUERY", "get_document scopes='team'",
-            lambda: c.get_document("doc-team-aurora", "team"))
+    _expect(
+        "INVALID_QUERY",
+        "get_document scopes='team'",
+        lambda: c.get_document("doc-team-aurora", "team"),
+    )
 
 
 @case("input")
@@ -94,8 +98,7 @@ def rejects_nul_and_invalid_unicode(c: SearchConnector) -> None:
     _expect("INVALID_QUERY", "NUL in query", _search(c, query="aur\x00ora"))
     _expect("INVALID_QUERY", "lone surrogate in query", _search(c, query="aurora \ud800"))
     _expect("INVALID_QUERY", "NUL in scope", _search(c, allowed_scopes=["te\x00am"]))
-    _expect("INVALID_QUERY", "surrogate in doc id",
-            lambda: c.get_document("doc-\udfff", [TEAM]))
+    _expect("INVALID_QUERY", "surrogate in doc id", lambda: c.get_document("doc-\udfff", [TEAM]))
 
 
 @case("input")
@@ -103,25 +106,39 @@ def rejects_huge_query(c: SearchConnector) -> None:
     """A 1 MB query and a 1 MB scope list raise INVALID_QUERY instead of being processed."""
     c.upsert(standard_corpus())
     _expect("INVALID_QUERY", "1 MB query", _search(c, query="aurora " * 150_000))
-    _expect("INVALID_QUERY", "100k scopes",
-            _search(c, allowed_scopes=[f"scope-{i}" for i in range(100_000)]))
+    _expect(
+        "INVALID_QUERY",
+        "100k scopes",
+        _search(c, allowed_scopes=[f"scope-{i}" for i in range(100_000)]),
+    )
 
 
 @case("writes")
 def invalid_record_writes_nothing(c: SearchConnector) -> None:
     """A batch with one invalid record raises INVALID_RECORD naming it and writes nothing."""
-    good = ContextDocumentRecord(document_id="doc-team-new", body="fresh garnet notes",
-                                 permission_scope=TEAM)
+    good = ContextDocumentRecord(
+        document_id="doc-team-new", body="fresh garnet notes", permission_scope=TEAM
+    )
     bads: list[tuple[str, ContextDocumentRecord]] = [
         ("empty id", ContextDocumentRecord(document_id="", body="x", permission_scope=TEAM)),
         ("empty body", ContextDocumentRecord(document_id="d1", body=" ", permission_scope=TEAM)),
         ("no scope", ContextDocumentRecord(document_id="d2", body="x", permission_scope="")),
-        ("NUL body", ContextDocumentRecord(document_id="d3", body="a\x00b",
-                                           permission_scope=TEAM)),
-        ("tags list", ContextDocumentRecord(document_id="d4", body="x", permission_scope=TEAM,
-                                            tags=["a"])),  # type: ignore[arg-type]
-        ("naive time", ContextDocumentRecord(document_id="d5", body="x", permission_scope=TEAM,
-                                             updated_at=datetime(2026, 1, 1))),  # noqa: DTZ001
+        ("NUL body", ContextDocumentRecord(document_id="d3", body="a\x00b", permission_scope=TEAM)),
+        (
+            "tags list",
+            ContextDocumentRecord(
+                document_id="d4",
+                body="x",
+                permission_scope=TEAM,
+                tags=["a"],  # type: ignore[arg-type]
+            ),
+        ),
+        (
+            "naive time",
+            ContextDocumentRecord(
+                document_id="d5", body="x", permission_scope=TEAM, updated_at=datetime(2026, 1, 1)
+            ),
+        ),
     ]
     for label, bad in bads:
         try:
@@ -131,8 +148,10 @@ def invalid_record_writes_nothing(c: SearchConnector) -> None:
             check(exc.details.get("index") == 1, f"{label}: error does not name record #1")
         else:
             raise ConformanceFailure(f"{label}: invalid record accepted")
-        check(c.get_document("doc-team-new", [TEAM]) is None,
-              f"{label}: the valid record of a failed batch was written")
+        check(
+            c.get_document("doc-team-new", [TEAM]) is None,
+            f"{label}: the valid record of a failed batch was written",
+        )
 
 
 @case("writes")
@@ -142,13 +161,18 @@ def upsert_is_idempotent(c: SearchConnector) -> None:
     first = c.upsert(corpus)
     check(first.inserted == len(corpus), f"first upsert: {first.outcomes}")
     again = c.upsert(corpus)
-    check(again.unchanged == len(corpus) and again.embeddings_computed == 0,
-          f"re-upsert not idempotent: {again.outcomes}, {again.embeddings_computed} embeddings")
-    changed = ContextDocumentRecord(**{**_fields(corpus[2]),
-                                       "body": "Basalt now uses erasure coding with jasper."})
+    check(
+        again.unchanged == len(corpus) and again.embeddings_computed == 0,
+        f"re-upsert not idempotent: {again.outcomes}, {again.embeddings_computed} embeddings",
+    )
+    changed = ContextDocumentRecord(
+        **{**_fields(corpus[2]), "body": "Basalt now uses erasure coding with jasper."}
+    )
     report = c.upsert([changed])
-    check(report.outcomes == (("doc-team-basalt", RecordOutcome.UPDATED),),
-          f"changed body not reported updated: {report.outcomes}")
+    check(
+        report.outcomes == (("doc-team-basalt", RecordOutcome.UPDATED),),
+        f"changed body not reported updated: {report.outcomes}",
+    )
     hits = c.search(SearchQuery(query="jasper erasure", allowed_scopes=[TEAM])).hits
     check([h.doc_id for h in hits][:1] == ["doc-team-basalt"], "updated body not searchable")
     stale = c.search(SearchQuery(query="compaction replicas", allowed_scopes=[TEAM])).hits

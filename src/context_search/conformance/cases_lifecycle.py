@@ -9,8 +9,11 @@ from context_search.errors import NotFoundError
 
 
 def _ids(c: SearchConnector, text: str, *, include_superseded: bool = False) -> list[str]:
-    resp = c.search(SearchQuery(query=text, allowed_scopes=[TEAM], top_k=50,
-                                include_superseded=include_superseded))
+    resp = c.search(
+        SearchQuery(
+            query=text, allowed_scopes=[TEAM], top_k=50, include_superseded=include_superseded
+        )
+    )
     return [h.doc_id for h in resp.hits]
 
 
@@ -18,33 +21,49 @@ def _ids(c: SearchConnector, text: str, *, include_superseded: bool = False) -> 
 def lifecycle_prefilter(c: SearchConnector) -> None:
     """Superseded documents are excluded by default and counted as lifecycle-filtered."""
     c.upsert(standard_corpus())
-    resp = c.search(SearchQuery(query="aurora procedure morning", allowed_scopes=[TEAM],
-                                top_k=50))
-    check("doc-team-aurora-old" not in [h.doc_id for h in resp.hits],
-          "superseded document returned without include_superseded")
-    check(resp.stats.lifecycle_filtered >= 1,
-          f"lifecycle filter not reported in stats: {resp.stats}")
-    check("doc-team-aurora-old" in _ids(c, "aurora procedure morning", include_superseded=True),
-          "include_superseded=True does not show the superseded document")
+    resp = c.search(SearchQuery(query="aurora procedure morning", allowed_scopes=[TEAM], top_k=50))
+    check(
+        "doc-team-aurora-old" not in [h.doc_id for h in resp.hits],
+        "superseded document returned without include_superseded",
+    )
+    check(
+        resp.stats.lifecycle_filtered >= 1, f"lifecycle filter not reported in stats: {resp.stats}"
+    )
+    check(
+        "doc-team-aurora-old" in _ids(c, "aurora procedure morning", include_superseded=True),
+        "include_superseded=True does not show the superseded document",
+    )
 
 
 @case("lifecycle")
 def supersede_hides_old_document(c: SearchConnector) -> None:
     """delete_or_supersede(old, new) hides old; include_superseded=True shows it, labelled."""
     c.upsert(standard_corpus())
-    check(c.delete_or_supersede("doc-team-basalt", superseded_by="doc-team-dolomite") is True,
-          "supersede of a live document returned False")
-    check("doc-team-basalt" not in _ids(c, "basalt compaction"),
-          "superseded document still returned by default")
-    resp = c.search(SearchQuery(query="basalt compaction", allowed_scopes=[TEAM], top_k=50,
-                                include_superseded=True))
+    check(
+        c.delete_or_supersede("doc-team-basalt", superseded_by="doc-team-dolomite") is True,
+        "supersede of a live document returned False",
+    )
+    check(
+        "doc-team-basalt" not in _ids(c, "basalt compaction"),
+        "superseded document still returned by default",
+    )
+    resp = c.search(
+        SearchQuery(
+            query="basalt compaction", allowed_scopes=[TEAM], top_k=50, include_superseded=True
+        )
+    )
     labelled = [h.lifecycle for h in resp.hits if h.doc_id == "doc-team-basalt"]
-    check(labelled == [Lifecycle.SUPERSEDED],
-          f"include_superseded=True: expected the old doc labelled superseded, got {labelled}")
+    check(
+        labelled == [Lifecycle.SUPERSEDED],
+        f"include_superseded=True: expected the old doc labelled superseded, got {labelled}",
+    )
     doc = c.get_document("doc-team-basalt", [TEAM])
-    check(doc is not None and doc.lifecycle is Lifecycle.SUPERSEDED
-          and doc.superseded_by == "doc-team-dolomite",
-          f"get_document of a superseded doc: {doc!r}")
+    check(
+        doc is not None
+        and doc.lifecycle is Lifecycle.SUPERSEDED
+        and doc.superseded_by == "doc-team-dolomite",
+        f"get_document of a superseded doc: {doc!r}",
+    )
 
 
 @case("lifecycle")
@@ -52,10 +71,14 @@ def deleted_never_returns(c: SearchConnector) -> None:
     """A deleted document is gone from search (even include_superseded), get_document, explain."""
     c.upsert(standard_corpus())
     check(c.delete_or_supersede("doc-team-dolomite") is True, "delete returned False")
-    check(c.delete_or_supersede("doc-team-dolomite") is False,
-          "deleting an already deleted document returned True")
-    check("doc-team-dolomite" not in _ids(c, "dolomite warehouse", include_superseded=True),
-          "deleted document returned with include_superseded=True")
+    check(
+        c.delete_or_supersede("doc-team-dolomite") is False,
+        "deleting an already deleted document returned True",
+    )
+    check(
+        "doc-team-dolomite" not in _ids(c, "dolomite warehouse", include_superseded=True),
+        "deleted document returned with include_superseded=True",
+    )
     check(c.get_document("doc-team-dolomite", [TEAM]) is None, "get_document of deleted doc")
     try:
         c.explain("doc-team-dolomite", SearchQuery(query="dolomite", allowed_scopes=[TEAM]))
@@ -92,15 +115,24 @@ def batch_supersede_via_record(c: SearchConnector) -> None:
     """A record listing several ``supersedes`` ids supersedes all of them in the same write."""
     c.upsert(standard_corpus())
     successor = ContextDocumentRecord(
-        document_id="doc-team-aurora-v2", title="Aurora and basalt handbook",
+        document_id="doc-team-aurora-v2",
+        title="Aurora and basalt handbook",
         body="Unified aurora and basalt handbook replacing the older pages.",
-        permission_scope=TEAM, supersedes=("doc-team-aurora", "doc-team-basalt"))
+        permission_scope=TEAM,
+        supersedes=("doc-team-aurora", "doc-team-basalt"),
+    )
     c.upsert([successor])
     ids = _ids(c, "aurora basalt handbook")
     check("doc-team-aurora-v2" in ids, "successor not searchable")
-    check("doc-team-aurora" not in ids and "doc-team-basalt" not in ids,
-          f"superseded predecessors still returned: {ids}")
+    check(
+        "doc-team-aurora" not in ids and "doc-team-basalt" not in ids,
+        f"superseded predecessors still returned: {ids}",
+    )
     for old in ("doc-team-aurora", "doc-team-basalt"):
         doc = c.get_document(old, [TEAM])
-        check(doc is not None and doc.lifecycle is Lifecycle.SUPERSEDED
-              and doc.superseded_by == "doc-team-aurora-v2", f"{old} not marked superseded")
+        check(
+            doc is not None
+            and doc.lifecycle is Lifecycle.SUPERSEDED
+            and doc.superseded_by == "doc-team-aurora-v2",
+            f"{old} not marked superseded",
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from context_search.conformance._registry import ConformanceFailure, case, check
 from context_search.conformance.corpus import PUBLIC, TEAM, standard_corpus, ts
 from context_search.contract import (
@@ -28,18 +30,25 @@ def hits_carry_provenance(c: SearchConnector) -> None:
         check(hit.source_system and hit.source_uri, f"{hit.doc_id}: missing source")
         check(hit.permission_scope in (TEAM, PUBLIC), f"{hit.doc_id}: bad scope")
         check(hit.lifecycle == "active", f"{hit.doc_id}: lifecycle {hit.lifecycle}")
-        check(hit.score_parts is not None and abs(hit.score_parts.fused - hit.score) < 1e-9,
-              f"{hit.doc_id}: score_parts.fused != score")
-        check(hit.score_parts.lexical_rank is not None or hit.score_parts.vector_rank is not None,
-              f"{hit.doc_id}: score_parts name no arm")
+        check(
+            hit.score_parts is not None and abs(hit.score_parts.fused - hit.score) < 1e-9,
+            f"{hit.doc_id}: score_parts.fused != score",
+        )
+        check(
+            hit.score_parts.lexical_rank is not None or hit.score_parts.vector_rank is not None,
+            f"{hit.doc_id}: score_parts name no arm",
+        )
         doc = c.get_document(hit.doc_id, [TEAM, PUBLIC])
         check(doc is not None, f"{hit.doc_id}: hit not readable by get_document")
         assert doc is not None
         raw = doc.body.encode("utf-8")
-        check(0 <= hit.start_byte <= hit.end_byte <= len(raw),
-              f"{hit.doc_id}: offsets outside body")
-        check(raw[hit.start_byte:hit.end_byte].decode("utf-8") == hit.snippet,
-              f"{hit.doc_id}: snippet is not the byte slice of the body")
+        check(
+            0 <= hit.start_byte <= hit.end_byte <= len(raw), f"{hit.doc_id}: offsets outside body"
+        )
+        check(
+            raw[hit.start_byte : hit.end_byte].decode("utf-8") == hit.snippet,
+            f"{hit.doc_id}: snippet is not the byte slice of the body",
+        )
         check(hit.content_id == doc.content_id, f"{hit.doc_id}: content_id mismatch")
 
 
@@ -70,24 +79,40 @@ def rank_log_reproduces_order(c: SearchConnector) -> None:
         check(abs(fused - e.fused) < 1e-6, f"{doc_id}: fused {e.fused} != recomputed {fused}")
     order = sorted(log.entries, key=lambda e: (-e.fused, e.doc_id))
     ranked = [e.doc_id for e in order if e.final_rank is not None]
-    check(ranked[: len(resp.hits)] == [h.doc_id for h in resp.hits],
-          f"rank_log order {ranked} does not reproduce hits {[h.doc_id for h in resp.hits]}")
-    check([e.final_rank for e in order if e.final_rank is not None][: len(resp.hits)]
-          == list(range(1, len(resp.hits) + 1)), "final_rank values are not 1..n")
-    lex = sorted((e for e in log.entries if e.lexical_rank is not None),
-                 key=lambda e: e.lexical_rank or 0)
-    check(all((a.lexical_score or 0) >= (b.lexical_score or 0) for a, b in zip(lex, lex[1:])),
-          "lexical ranks disagree with lexical scores")
-    vec = sorted((e for e in log.entries if e.vector_rank is not None),
-                 key=lambda e: e.vector_rank or 0)
-    check(all((a.vector_similarity or 0) >= (b.vector_similarity or 0) - 1e-6
-              for a, b in zip(vec, vec[1:])), "vector ranks disagree with similarities")
+    check(
+        ranked[: len(resp.hits)] == [h.doc_id for h in resp.hits],
+        f"rank_log order {ranked} does not reproduce hits {[h.doc_id for h in resp.hits]}",
+    )
+    check(
+        [e.final_rank for e in order if e.final_rank is not None][: len(resp.hits)]
+        == list(range(1, len(resp.hits) + 1)),
+        "final_rank values are not 1..n",
+    )
+    lex = sorted(
+        (e for e in log.entries if e.lexical_rank is not None), key=lambda e: e.lexical_rank or 0
+    )
+    check(
+        all((a.lexical_score or 0) >= (b.lexical_score or 0) for a, b in itertools.pairwise(lex)),
+        "lexical ranks disagree with lexical scores",
+    )
+    vec = sorted(
+        (e for e in log.entries if e.vector_rank is not None), key=lambda e: e.vector_rank or 0
+    )
+    check(
+        all(
+            (a.vector_similarity or 0) >= (b.vector_similarity or 0) - 1e-6
+            for a, b in itertools.pairwise(vec)
+        ),
+        "vector ranks disagree with similarities",
+    )
     by_id = {e.doc_id: e for e in log.entries}
     for hit in resp.hits:
         e = by_id[hit.doc_id]
-        check((e.lexical_rank, e.vector_rank) == (hit.score_parts.lexical_rank,
-                                                  hit.score_parts.vector_rank),
-              f"{hit.doc_id}: score_parts disagree with rank_log")
+        check(
+            (e.lexical_rank, e.vector_rank)
+            == (hit.score_parts.lexical_rank, hit.score_parts.vector_rank),
+            f"{hit.doc_id}: score_parts disagree with rank_log",
+        )
 
 
 @case("results")
@@ -96,12 +121,16 @@ def top_k_and_min_score(c: SearchConnector) -> None:
     c.upsert(standard_corpus())
     wide = c.search(_q("aurora", top_k=10))
     one = c.search(_q("aurora", top_k=1))
-    check(len(one.hits) == 1 and one.hits[0].doc_id == wide.hits[0].doc_id,
-          "top_k=1 is not the first hit of a wider search")
+    check(
+        len(one.hits) == 1 and one.hits[0].doc_id == wide.hits[0].doc_id,
+        "top_k=1 is not the first hit of a wider search",
+    )
     high = c.search(_q("aurora", top_k=10, min_score=wide.hits[0].score + 1.0))
     check(high.hits == (), "min_score above every score still returned hits")
-    check(high.stats.min_score_filtered == high.stats.candidates > 0,
-          f"min_score drops not counted: {high.stats}")
+    check(
+        high.stats.min_score_filtered == high.stats.candidates > 0,
+        f"min_score drops not counted: {high.stats}",
+    )
 
 
 @case("results")
@@ -117,35 +146,55 @@ def explain_agrees_with_search(c: SearchConnector) -> None:
     check(exp.score_parts == top.score_parts, "explain score_parts differ from the hit")
     check("basalt" in exp.matched_terms, f"matched_terms lack the query term: {exp.matched_terms}")
     miss = c.explain("doc-public-cobalt", query)
-    check(not miss.matched or (miss.final_rank or 0) > 1,
-          f"explain claims an unrelated doc ranks first: {miss}")
+    check(
+        not miss.matched or (miss.final_rank or 0) > 1,
+        f"explain claims an unrelated doc ranks first: {miss}",
+    )
 
 
 @case("gaps")
 def gap_report_stable_id(c: SearchConnector) -> None:
     """report_gap: same report -> same gap_id and a receipt; a different reason -> new id."""
-    report = GapReport(query="How is aurora failover tested?", allowed_scopes=[TEAM],
-                       reason="no runbook covers failover", requester="agent-1")
+    report = GapReport(
+        query="How is aurora failover tested?",
+        allowed_scopes=[TEAM],
+        reason="no runbook covers failover",
+        requester="agent-1",
+    )
     first = c.report_gap(report)
-    again = c.report_gap(GapReport(query="  how is AURORA failover tested? ",
-                                   allowed_scopes=[TEAM, TEAM], reason=report.reason,
-                                   requester="agent-2"))
-    other = c.report_gap(GapReport(query=report.query, allowed_scopes=[TEAM],
-                                   reason="runbook is outdated"))
+    again = c.report_gap(
+        GapReport(
+            query="  how is AURORA failover tested? ",
+            allowed_scopes=[TEAM, TEAM],
+            reason=report.reason,
+            requester="agent-2",
+        )
+    )
+    other = c.report_gap(
+        GapReport(query=report.query, allowed_scopes=[TEAM], reason="runbook is outdated")
+    )
     check(first.gap_id == again.gap_id, "same gap got different ids")
     check(first.gap_id != other.gap_id, "different gaps got the same id")
-    check(first.status == "recorded" and again.status == "duplicate",
-          f"statuses {first.status}/{again.status}")
+    check(
+        first.status == "recorded" and again.status == "duplicate",
+        f"statuses {first.status}/{again.status}",
+    )
     check(again.occurrences == 2, f"occurrences {again.occurrences} != 2")
     check(first.received_at.tzinfo is not None, "receipt time is not timezone-aware")
 
 
 _MASKED = ContextDocumentRecord(
-    document_id="doc-team-masked", title="Quartz payroll export",
+    document_id="doc-team-masked",
+    title="Quartz payroll export",
     body="The quartz export job writes payroll rows for the finance team.",
-    permission_scope=TEAM, owner="eve", source_system="hr", source_uri="hr://quartz",
+    permission_scope=TEAM,
+    owner="eve",
+    source_system="hr",
+    source_uri="hr://quartz",
     metadata={"email": "eve@example.org", "region": "eu"},
-    field_mask=("owner", "metadata.email"), pii_flags=("title",))
+    field_mask=("owner", "metadata.email"),
+    pii_flags=("title",),
+)
 
 
 @case("masks")
@@ -155,8 +204,10 @@ def field_mask_hides_fields(c: SearchConnector) -> None:
     doc = c.get_document("doc-team-masked", [TEAM])
     check(doc is not None, "masked document unreadable")
     assert doc is not None
-    check(doc.owner == "" and doc.title == "" and "email" not in doc.metadata,
-          f"masked fields returned: owner={doc.owner!r} title={doc.title!r} {doc.metadata}")
+    check(
+        doc.owner == "" and doc.title == "" and "email" not in doc.metadata,
+        f"masked fields returned: owner={doc.owner!r} title={doc.title!r} {doc.metadata}",
+    )
     check({"owner", "title", "metadata.email"} <= set(doc.masked_fields), "masked_fields wrong")
     resp = c.search(_q("quartz export"))
     check([h.doc_id for h in resp.hits] == ["doc-team-masked"], "masked doc not found by body")
@@ -169,15 +220,27 @@ def field_mask_hides_fields(c: SearchConnector) -> None:
 @case("masks")
 def masked_body_not_indexed(c: SearchConnector) -> None:
     """A masked body is neither searchable nor returned; the title still finds the document."""
-    c.upsert([ContextDocumentRecord(
-        document_id="doc-team-sealed", title="Sealed onyx memo",
-        body="The obsidian merger closes in March.", permission_scope=TEAM,
-        field_mask=("body",))])
-    check(all(h.doc_id != "doc-team-sealed" or h.snippet == ""
-              for h in c.search(_q("obsidian merger", top_k=5)).hits),
-          "masked body text returned in a snippet")
-    lexical = [h for h in c.search(_q("obsidian merger")).hits
-               if h.score_parts.lexical_rank is not None]
+    c.upsert(
+        [
+            ContextDocumentRecord(
+                document_id="doc-team-sealed",
+                title="Sealed onyx memo",
+                body="The obsidian merger closes in March.",
+                permission_scope=TEAM,
+                field_mask=("body",),
+            )
+        ]
+    )
+    check(
+        all(
+            h.doc_id != "doc-team-sealed" or h.snippet == ""
+            for h in c.search(_q("obsidian merger", top_k=5)).hits
+        ),
+        "masked body text returned in a snippet",
+    )
+    lexical = [
+        h for h in c.search(_q("obsidian merger")).hits if h.score_parts.lexical_rank is not None
+    ]
     check(lexical == [], "masked body matched lexically")
     found = c.search(_q("onyx memo"))
     check([h.doc_id for h in found.hits][:1] == ["doc-team-sealed"], "title no longer findable")
@@ -189,12 +252,18 @@ def masked_body_not_indexed(c: SearchConnector) -> None:
 def filter_on_masked_field_does_not_match(c: SearchConnector) -> None:
     """Filtering on a masked field's value matches nothing (the value cannot be probed)."""
     c.upsert([_MASKED])
-    check(c.search(_q("quartz", filters={"owner": "eve"})).hits == (),
-          "filter on masked owner matched")
-    check(c.search(_q("quartz", filters={"metadata.email": "eve@example.org"})).hits == (),
-          "filter on masked metadata matched")
-    check(c.search(_q("quartz", filters={"metadata.region": "eu"})).hits != (),
-          "filter on unmasked metadata failed")
+    check(
+        c.search(_q("quartz", filters={"owner": "eve"})).hits == (),
+        "filter on masked owner matched",
+    )
+    check(
+        c.search(_q("quartz", filters={"metadata.email": "eve@example.org"})).hits == (),
+        "filter on masked metadata matched",
+    )
+    check(
+        c.search(_q("quartz", filters={"metadata.region": "eu"})).hits != (),
+        "filter on unmasked metadata failed",
+    )
 
 
 @case("filters")
@@ -203,23 +272,30 @@ def filters_equality_in_range(c: SearchConnector) -> None:
     c.upsert(standard_corpus())
 
     def ids(filters: dict[str, object]) -> set[str]:
-        return {h.doc_id for h in c.search(_q("aurora basalt cobalt dolomite", top_k=50,
-                                              filters=filters)).hits}
+        return {
+            h.doc_id
+            for h in c.search(_q("aurora basalt cobalt dolomite", top_k=50, filters=filters)).hits
+        }
 
     expectations: list[tuple[dict[str, object], set[str]]] = [
         ({"source_system": "git"}, {"doc-team-basalt"}),
         ({"owner": {"in": ["bob", "carol"]}}, {"doc-team-basalt", "doc-public-cobalt"}),
         ({"tags": "ops"}, {"doc-team-aurora", "doc-public-cobalt"}),
         ({"tags": {"in": ["design", "pipeline"]}}, {"doc-team-basalt", "doc-team-dolomite"}),
-        ({"updated_at": {"gte": ts(13)}, "department": {"in": ["support", "data"]}},
-         {"doc-public-cobalt", "doc-team-dolomite"}),
-        ({"metadata.tier": {"gte": 2}}, {"doc-team-basalt", "doc-public-cobalt",
-                                        "doc-team-dolomite"}),
+        (
+            {"updated_at": {"gte": ts(13)}, "department": {"in": ["support", "data"]}},
+            {"doc-public-cobalt", "doc-team-dolomite"},
+        ),
+        (
+            {"metadata.tier": {"gte": 2}},
+            {"doc-team-basalt", "doc-public-cobalt", "doc-team-dolomite"},
+        ),
         ({"metadata.region": "eu", "project": "basalt"}, {"doc-team-basalt"}),
         ({"updated_at": {"gt": ts(11), "lt": ts(13)}}, {"doc-team-basalt"}),
     ]
     for filters, expected in expectations:
         got = ids(filters)
         if got != expected:
-            raise ConformanceFailure(f"filters {filters}: expected {sorted(expected)}, "
-                                     f"got {sorted(got)}")
+            raise ConformanceFailure(
+                f"filters {filters}: expected {sorted(expected)}, got {sorted(got)}"
+            )

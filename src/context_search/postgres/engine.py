@@ -21,12 +21,19 @@ from context_search.errors import BackendError, BackendUnavailableError, Context
 from context_search.postgres.server import redact, sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA, quote_schema, validate_schema
 
-__all__ = ["alembic_config", "create_store_engine", "current_revision", "downgrade", "migrate",
-           "translate_errors"]
+__all__ = [
+    "alembic_config",
+    "create_store_engine",
+    "current_revision",
+    "downgrade",
+    "migrate",
+    "translate_errors",
+]
 
 
-def create_store_engine(dsn: str, *, schema: str = DEFAULT_SCHEMA, pool_size: int = 5,
-                        **kwargs: Any) -> Engine:
+def create_store_engine(
+    dsn: str, *, schema: str = DEFAULT_SCHEMA, pool_size: int = 5, **kwargs: Any
+) -> Engine:
     validate_schema(schema)
     return create_engine(
         sqlalchemy_url(dsn),
@@ -37,8 +44,9 @@ def create_store_engine(dsn: str, *, schema: str = DEFAULT_SCHEMA, pool_size: in
     )
 
 
-def alembic_config(engine_or_none: Engine | None = None, *, schema: str = DEFAULT_SCHEMA,
-                   dimension: int = 384) -> Config:
+def alembic_config(
+    engine_or_none: Engine | None = None, *, schema: str = DEFAULT_SCHEMA, dimension: int = 384
+) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", "context_search:migrations")
     cfg.attributes["schema"] = validate_schema(schema)
@@ -46,8 +54,9 @@ def alembic_config(engine_or_none: Engine | None = None, *, schema: str = DEFAUL
     return cfg
 
 
-def migrate(engine: Engine, *, schema: str = DEFAULT_SCHEMA, revision: str = "head",
-            dimension: int = 384) -> None:
+def migrate(
+    engine: Engine, *, schema: str = DEFAULT_SCHEMA, revision: str = "head", dimension: int = 384
+) -> None:
     """Upgrade the schema to ``revision`` in one transaction per migration."""
     cfg = alembic_config(schema=schema, dimension=dimension)
     with translate_errors("migrate"), engine.connect() as conn:
@@ -67,11 +76,14 @@ def downgrade(engine: Engine, *, schema: str = DEFAULT_SCHEMA, revision: str = "
 def current_revision(engine: Engine, *, schema: str = DEFAULT_SCHEMA) -> str | None:
     """The applied revision, or None for a schema never migrated."""
     with translate_errors("read migration state"), engine.connect() as conn:
-        exists = conn.execute(text("SELECT to_regclass(:t)"),
-                              {"t": f"{validate_schema(schema)}.alembic_version"}).scalar()
+        exists = conn.execute(
+            text("SELECT to_regclass(:t)"), {"t": f"{validate_schema(schema)}.alembic_version"}
+        ).scalar()
         if exists is None:
             return None
-        return conn.execute(text(f"SELECT version_num FROM {quote_schema(schema)}.alembic_version")).scalar()  # noqa: S608
+        table = f"{quote_schema(schema)}.alembic_version"
+        value = conn.execute(text("SELECT version_num FROM " + table)).scalar()  # noqa: S608
+        return None if value is None else str(value)
 
 
 @contextmanager
@@ -86,9 +98,11 @@ def translate_errors(action: str, *, dsn: str | None = None) -> Iterator[None]:
         state = getattr(orig, "sqlstate", None) or ""
         where = f" ({redact(dsn)})" if dsn else ""
         if isinstance(orig, psycopg.OperationalError) and state[:2] in ("", "08", "57"):
-            raise BackendUnavailableError(f"{action}: database unreachable{where}",
-                                          details={"sqlstate": state}) from exc
-        raise BackendError(f"{action} failed with SQLSTATE {state or 'unknown'}",
-                           details={"sqlstate": state}) from exc
+            raise BackendUnavailableError(
+                f"{action}: database unreachable{where}", details={"sqlstate": state}
+            ) from exc
+        raise BackendError(
+            f"{action} failed with SQLSTATE {state or 'unknown'}", details={"sqlstate": state}
+        ) from exc
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise BackendError(f"{action} failed: {type(exc).__name__}") from exc

@@ -94,8 +94,12 @@ class DocumentRow(Base):
         Index(None, "project"),
         Index(None, "updated_at"),
         Index("ix_documents_tags_gin", "tags", postgresql_using="gin"),
-        Index("ix_documents_metadata_gin", "metadata", postgresql_using="gin",
-              postgresql_ops={"metadata": "jsonb_path_ops"}),
+        Index(
+            "ix_documents_metadata_gin",
+            "metadata",
+            postgresql_using="gin",
+            postgresql_ops={"metadata": "jsonb_path_ops"},
+        ),
     )
 
     doc_id: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -151,9 +155,13 @@ class ChunkRow(Base):
         UniqueConstraint("doc_id", "ordinal"),
         Index(None, "permission_scope", "lifecycle"),
         Index("ix_chunks_tsv_gin", "tsv", postgresql_using="gin"),
-        Index("ix_chunks_embedding_hnsw", "embedding", postgresql_using="hnsw",
-              postgresql_with={"m": 16, "ef_construction": 64},
-              postgresql_ops={"embedding": "vector_cosine_ops"}),
+        Index(
+            "ix_chunks_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
     )
 
     chunk_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -168,8 +176,7 @@ class ChunkRow(Base):
     permission_scope: Mapped[str] = mapped_column(String(256))
     lifecycle: Mapped[str] = mapped_column(String(16))
     content_id: Mapped[str]
-    config_revision: Mapped[int] = mapped_column(
-        ForeignKey("index_configs.revision"))
+    config_revision: Mapped[int] = mapped_column(ForeignKey("index_configs.revision"))
 
 
 class GapRow(Base):

@@ -92,8 +92,14 @@ def chunk_text(body: str, *, max_bytes: int = 1200, overlap_bytes: int = 200) ->
         while stop > start and body[stop - 1].isspace():
             stop -= 1
         if stop > start:
-            chunks.append(Chunk(ordinal=len(chunks), start_byte=offs[start], end_byte=offs[stop],
-                                text=body[start:stop]))
+            chunks.append(
+                Chunk(
+                    ordinal=len(chunks),
+                    start_byte=offs[start],
+                    end_byte=offs[stop],
+                    text=body[start:stop],
+                )
+            )
         if end >= n:
             break
         # Step back by about overlap_bytes, to a whitespace boundary if one is near.
@@ -114,15 +120,17 @@ def validate_spans(body: str, spans: Sequence[tuple[int, int]], *, index: int = 
     chunks: list[Chunk] = []
     for i, (start, end) in enumerate(spans):
         if not 0 <= start < end <= len(raw):
-            raise InvalidRecordError(f"record #{index}: chunk span {i} ({start}, {end}) is "
-                                     f"outside the body's {len(raw)} bytes",
-                                     details={"index": index, "field": "chunks", "span": i})
+            raise InvalidRecordError(
+                f"record #{index}: chunk span {i} ({start}, {end}) is "
+                f"outside the body's {len(raw)} bytes",
+                details={"index": index, "field": "chunks", "span": i},
+            )
         try:
             text = raw[start:end].decode("utf-8")
         except UnicodeDecodeError:
-            raise InvalidRecordError(f"record #{index}: chunk span {i} ({start}, {end}) splits a "
-                                     "UTF-8 code point",
-                                     details={"index": index, "field": "chunks",
-                                              "span": i}) from None
+            raise InvalidRecordError(
+                f"record #{index}: chunk span {i} ({start}, {end}) splits a UTF-8 code point",
+                details={"index": index, "field": "chunks", "span": i},
+            ) from None
         chunks.append(Chunk(ordinal=i, start_byte=start, end_byte=end, text=text))
     return chunks

@@ -38,8 +38,7 @@ def _grams(run: str, *, unigrams: bool) -> list[str]:
 
 
 def _rewrite(text: str, *, unigrams: bool) -> str:
-    return _CJK_RUN.sub(lambda m: " " + " ".join(_grams(m.group(), unigrams=unigrams)) + " ",
-                        text)
+    return _CJK_RUN.sub(lambda m: " " + " ".join(_grams(m.group(), unigrams=unigrams)) + " ", text)
 
 
 def segment_for_index(text: str) -> str:

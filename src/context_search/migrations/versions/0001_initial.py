@@ -60,8 +60,13 @@ def upgrade() -> None:
         _now("created_at"),
         sa.PrimaryKeyConstraint("revision", name="pk_index_configs"),
     )
-    op.create_index("ux_index_configs_active", "index_configs", ["active"], unique=True,
-                    postgresql_where=sa.text("active"))
+    op.create_index(
+        "ux_index_configs_active",
+        "index_configs",
+        ["active"],
+        unique=True,
+        postgresql_where=sa.text("active"),
+    )
     op.create_table(
         "documents",
         sa.Column("doc_id", sa.Text(), nullable=False),
@@ -103,12 +108,24 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("doc_id", name="pk_documents"),
         sa.CheckConstraint(_LIFECYCLE, name="ck_documents_lifecycle"),
     )
-    for cols in (["permission_scope", "lifecycle"], ["source_system"], ["object_type"],
-                 ["owner"], ["department"], ["project"], ["updated_at"]):
+    for cols in (
+        ["permission_scope", "lifecycle"],
+        ["source_system"],
+        ["object_type"],
+        ["owner"],
+        ["department"],
+        ["project"],
+        ["updated_at"],
+    ):
         op.create_index("ix_documents_" + "_".join(cols), "documents", cols)
     op.create_index("ix_documents_tags_gin", "documents", ["tags"], postgresql_using="gin")
-    op.create_index("ix_documents_metadata_gin", "documents", ["metadata"],
-                    postgresql_using="gin", postgresql_ops={"metadata": "jsonb_path_ops"})
+    op.create_index(
+        "ix_documents_metadata_gin",
+        "documents",
+        ["metadata"],
+        postgresql_using="gin",
+        postgresql_ops={"metadata": "jsonb_path_ops"},
+    )
     op.create_table(
         "chunks",
         sa.Column("chunk_id", sa.BigInteger(), sa.Identity(always=False), nullable=False),
@@ -125,20 +142,30 @@ def upgrade() -> None:
         sa.Column("content_id", sa.Text(), nullable=False),
         sa.Column("config_revision", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("chunk_id", name="pk_chunks"),
-        sa.ForeignKeyConstraint(["doc_id"], ["documents.doc_id"], ondelete="CASCADE",
-                                name="fk_chunks_doc_id_documents"),
-        sa.ForeignKeyConstraint(["config_revision"], ["index_configs.revision"],
-                                name="fk_chunks_config_revision_index_configs"),
+        sa.ForeignKeyConstraint(
+            ["doc_id"], ["documents.doc_id"], ondelete="CASCADE", name="fk_chunks_doc_id_documents"
+        ),
+        sa.ForeignKeyConstraint(
+            ["config_revision"],
+            ["index_configs.revision"],
+            name="fk_chunks_config_revision_index_configs",
+        ),
         sa.UniqueConstraint("doc_id", "ordinal", name="uq_chunks_doc_id_ordinal"),
         sa.CheckConstraint(_LIFECYCLE, name="ck_chunks_lifecycle"),
         sa.CheckConstraint("start_byte >= 0 AND end_byte >= start_byte", name="ck_chunks_span"),
     )
-    op.create_index("ix_chunks_permission_scope_lifecycle", "chunks",
-                    ["permission_scope", "lifecycle"])
+    op.create_index(
+        "ix_chunks_permission_scope_lifecycle", "chunks", ["permission_scope", "lifecycle"]
+    )
     op.create_index("ix_chunks_tsv_gin", "chunks", ["tsv"], postgresql_using="gin")
-    op.create_index("ix_chunks_embedding_hnsw", "chunks", ["embedding"], postgresql_using="hnsw",
-                    postgresql_with={"m": 16, "ef_construction": 64},
-                    postgresql_ops={"embedding": "vector_cosine_ops"})
+    op.create_index(
+        "ix_chunks_embedding_hnsw",
+        "chunks",
+        ["embedding"],
+        postgresql_using="hnsw",
+        postgresql_with={"m": 16, "ef_construction": 64},
+        postgresql_ops={"embedding": "vector_cosine_ops"},
+    )
     op.create_table(
         "gaps",
         sa.Column("gap_id", sa.Text(), nullable=False),
@@ -165,8 +192,9 @@ def upgrade() -> None:
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("job_id", name="pk_index_jobs"),
-        sa.CheckConstraint("status IN ('pending', 'running', 'done', 'failed')",
-                           name="ck_index_jobs_status"),
+        sa.CheckConstraint(
+            "status IN ('pending', 'running', 'done', 'failed')", name="ck_index_jobs_status"
+        ),
     )
     op.create_index("ix_index_jobs_status_job_id", "index_jobs", ["status", "job_id"])
     op.create_index("ix_index_jobs_doc_id", "index_jobs", ["doc_id"])
