@@ -93,4 +93,13 @@ def pg_schema(pg_dsn: str) -> Iterator[str]:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             # A connection leaked by the test could hold locks; fail instead of hanging.
             conn.execute("SET lock_timeout = '10s'")
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+            drop_schema_and_role(conn, name)
+
+
+def drop_schema_and_role(conn: psycopg.Connection[object], name: str) -> None:
+    """Drop a test schema and the reader role its migrations created (roles are global)."""
+    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    role = f"{name}_reader"
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

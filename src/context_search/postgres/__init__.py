@@ -1,1 +1,5 @@
-"""PostgreSQL + pgvector backend: server resolution, schema and retrieval."""
+"""The PostgreSQL + pgvector adapter."""
+
+from context_search.postgres.connector import PostgresSearchConnector
+
+__all__ = ["PostgresSearchConnector"]

@@ -101,8 +101,11 @@ def translate_errors(action: str, *, dsn: str | None = None) -> Iterator[None]:
             raise BackendUnavailableError(
                 f"{action}: database unreachable{where}", details={"sqlstate": state}
             ) from exc
+        diag = getattr(orig, "diag", None)
+        primary = getattr(diag, "message_primary", None) or ""
         raise BackendError(
-            f"{action} failed with SQLSTATE {state or 'unknown'}", details={"sqlstate": state}
+            f"{action} failed with SQLSTATE {state or 'unknown'}: {primary}",
+            details={"sqlstate": state},
         ) from exc
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise BackendError(f"{action} failed: {type(exc).__name__}") from exc

@@ -1,0 +1,558 @@
+"""PostgresSearchConnector: the SearchConnector contract on PostgreSQL + pgvector.
+
+Reads run under the schema's reader role with the caller's scopes set for the transaction
+only, so row-level security enforces the same scope predicate every query also states.
+Writes run as the owning role, one transaction per batch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, Row, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
+
+from context_search.contract import (
+    ContextDocument,
+    ContextDocumentRecord,
+    EvidenceHit,
+    GapReceipt,
+    GapReport,
+    IngestReport,
+    Lifecycle,
+    RankExplanation,
+    RankLog,
+    RankLogEntry,
+    RecordOutcome,
+    ScoreParts,
+    SearchQuery,
+    SearchResponse,
+    SearchStats,
+    gap_id_for,
+)
+from context_search.embedding import Embedder, default_embedder
+from context_search.errors import (
+    InvalidQueryError,
+    NotFoundError,
+    RetrieverUnconfiguredError,
+)
+from context_search.postgres.engine import create_store_engine, migrate, translate_errors
+from context_search.postgres.ingest import (
+    IndexSettings,
+    ProgressCallback,
+    prepare,
+    write_batch,
+)
+from context_search.postgres.search_sql import FusionSettings, build_filter_sql, hybrid_search_sql
+from context_search.postgres.server import resolve_server
+from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
+from context_search.text import segment_for_query
+from context_search.validation import (
+    ValidQuery,
+    validate_doc_id,
+    validate_gap,
+    validate_query,
+    validate_records,
+    validate_scopes,
+)
+
+__all__ = ["PostgresSearchConnector"]
+
+_SCOPES_SETTING = "context_search.allowed_scopes"
+
+
+def _vector_literal(values: Any) -> str:
+    return "[" + ",".join(f"{float(x):.7g}" for x in values) + "]"
+
+
+class PostgresSearchConnector:
+    """Hybrid retrieval over one index schema; use :meth:`open` to construct.
+
+    ``fusion`` selects RRF (default) or convex combination; ``pool_size`` bounds each arm.
+    Thread-safe: every call takes its own pooled connection and transaction.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        schema: str,
+        embedder: Embedder,
+        settings: IndexSettings,
+        fusion: FusionSettings,
+        owns_engine: bool,
+    ) -> None:
+        self._engine = engine
+        self._schema = schema
+        self._embedder = embedder
+        self._settings = settings
+        self._fusion = fusion
+        self._owns_engine = owns_engine
+        self._reader_role = f"{schema}_reader"
+
+    @classmethod
+    def open(
+        cls,
+        dsn: str | None = None,
+        *,
+        embedder: Embedder | None = None,
+        schema: str | None = None,
+        auto_migrate: bool = True,
+        fusion: Literal["rrf", "convex"] = "rrf",
+        rrf_k: int = 60,
+        lexical_weight: float = 0.5,
+        pool_size: int = 100,
+        chunk_bytes: int = 1200,
+        chunk_overlap: int = 200,
+        text_search_config: str = "english",
+    ) -> PostgresSearchConnector:
+        """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
+        make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2)."""
+        schema = validate_schema(schema or DEFAULT_SCHEMA)
+        if not 1 <= pool_size <= 1000:
+            raise InvalidQueryError("pool_size must be between 1 and 1000")
+        handle = resolve_server(dsn)
+        embedder = embedder or default_embedder()
+        engine = create_store_engine(handle.dsn, schema=schema)
+        try:
+            if auto_migrate:
+                migrate(engine, schema=schema, dimension=embedder.dimension)
+            settings = _activate_config(
+                engine, embedder, chunk_bytes, chunk_overlap, text_search_config
+            )
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(
+            engine,
+            schema=schema,
+            embedder=embedder,
+            settings=settings,
+            fusion=FusionSettings(
+                method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
+            ),
+            owns_engine=True,
+        )
+
+    def __enter__(self) -> PostgresSearchConnector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self._engine.dispose()
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    @property
+    def schema(self) -> str:
+        return self._schema
+
+    @property
+    def index_settings(self) -> IndexSettings:
+        return self._settings
+
+    # -- transactions -----------------------------------------------------------------------
+
+    @contextmanager
+    def _reader(self, scopes: frozenset[str], action: str) -> Iterator[Connection]:
+        """A read transaction as the reader role, RLS scoped to ``scopes``."""
+        with translate_errors(action), self._engine.begin() as conn:
+            conn.execute(text(f'SET LOCAL ROLE "{self._reader_role}"'))
+            conn.execute(
+                text(
+                    "SELECT set_config(:name, CAST(CAST(:scopes AS text[]) AS text), true)"
+                ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+                {"name": _SCOPES_SETTING, "scopes": sorted(scopes)},
+            )
+            yield conn
+
+    # -- write side -------------------------------------------------------------------------
+
+    def upsert(
+        self,
+        records: Sequence[ContextDocumentRecord],
+        *,
+        batch_size: int = 256,
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Insert or replace records, one transaction per ``batch_size`` records.
+
+        Validation covers every record before the first write. A failure inside a batch
+        rolls that batch back completely; earlier batches stay committed.
+        """
+        valid = validate_records(records)
+        prepared = [prepare(r, i, self._settings) for i, r in enumerate(valid)]
+        outcomes: list[tuple[str, RecordOutcome]] = []
+        chunks = embeddings = 0
+        for start in range(0, len(prepared), batch_size):
+            batch = prepared[start : start + batch_size]
+            with translate_errors("upsert"), self._engine.begin() as conn:
+                out, c, e = write_batch(conn, batch, self._embedder, self._settings)
+            outcomes.extend(out)
+            chunks += c
+            embeddings += e
+            if progress is not None:
+                progress(start + len(batch), len(prepared))
+        return IngestReport(
+            outcomes=tuple(outcomes), chunks_written=chunks, embeddings_computed=embeddings
+        )
+
+    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
+        """Visibility changes at once, in one transaction; deleted content is purged by a job."""
+        validate_doc_id(doc_id)
+        if superseded_by is not None:
+            validate_doc_id(superseded_by)
+            if superseded_by == doc_id:
+                raise InvalidQueryError(
+                    "a document cannot supersede itself", details={"field": "superseded_by"}
+                )
+        with translate_errors("delete_or_supersede"), self._engine.begin() as conn:
+            state = conn.execute(
+                text("SELECT lifecycle FROM documents WHERE doc_id = :id FOR UPDATE"),
+                {"id": doc_id},
+            ).scalar()
+            if state is None or state == Lifecycle.DELETED:
+                return False
+            if superseded_by is not None:
+                successor = conn.execute(
+                    text("SELECT lifecycle FROM documents WHERE doc_id = :id FOR SHARE"),
+                    {"id": superseded_by},
+                ).scalar()
+                if successor is None or successor == Lifecycle.DELETED:
+                    raise NotFoundError(
+                        "successor document not found", details={"field": "superseded_by"}
+                    )
+                new_state, kind = Lifecycle.SUPERSEDED.value, "supersede"
+            else:
+                new_state, kind = Lifecycle.DELETED.value, "purge"
+            conn.execute(
+                text(
+                    "UPDATE documents SET lifecycle = :state, superseded_by = :succ, "
+                    "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
+                ),
+                {"state": new_state, "succ": superseded_by, "id": doc_id},
+            )
+            conn.execute(
+                text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
+                {"state": new_state, "id": doc_id},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO index_jobs (kind, doc_id, config_revision) "
+                    "VALUES (:kind, :id, :rev)"
+                ),
+                {"kind": kind, "id": doc_id, "rev": self._settings.revision},
+            )
+            return True
+
+    def report_gap(self, report: GapReport) -> GapReceipt:
+        validate_gap(report)
+        gap_id = gap_id_for(report)
+        with translate_errors("report_gap"), self._engine.begin() as conn:
+            row = conn.execute(
+                text("""
+                    INSERT INTO gaps (gap_id, query, scopes, reason, requester, details)
+                    VALUES (:id, :query, :scopes, :reason, :requester, CAST(:details AS jsonb))
+                    ON CONFLICT (gap_id) DO UPDATE
+                    SET occurrences = gaps.occurrences + 1, last_seen = now()
+                    RETURNING occurrences, now() AS received_at
+                """).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+                {
+                    "id": gap_id,
+                    "query": report.query,
+                    "scopes": sorted(set(report.allowed_scopes)),
+                    "reason": report.reason,
+                    "requester": report.requester,
+                    "details": json.dumps(dict(report.details), default=str),
+                },
+            ).one()
+        return GapReceipt(
+            gap_id=gap_id,
+            status="recorded" if row.occurrences == 1 else "duplicate",
+            received_at=row.received_at,
+            occurrences=int(row.occurrences),
+        )
+
+    # -- read side --------------------------------------------------------------------------
+
+    def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
+        validate_doc_id(doc_id)
+        scopes = validate_scopes(allowed_scopes)
+        with self._reader(scopes, "get_document") as conn:
+            row = conn.execute(
+                text(
+                    "SELECT * FROM documents WHERE doc_id = :id AND lifecycle <> 'deleted' "
+                    "AND permission_scope = ANY(:scopes)"
+                ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+                {"id": doc_id, "scopes": sorted(scopes)},
+            ).one_or_none()
+        return None if row is None else _document(row)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        vq = validate_query(query)
+        rows = self._run(vq)
+        hits: list[EvidenceHit] = []
+        entries: list[RankLogEntry] = []
+        below = 0
+        first = rows[0]
+        for row in rows:
+            if row.doc_id is None:
+                continue
+            passes = vq.min_score is None or row.fused >= vq.min_score
+            below += not passes
+            keep = passes and len(hits) < vq.top_k
+            entries.append(
+                RankLogEntry(
+                    doc_id=row.doc_id,
+                    lexical_rank=row.lexical_rank,
+                    lexical_score=_f(row.lexical_score),
+                    vector_rank=row.vector_rank,
+                    vector_similarity=_f(row.vector_similarity),
+                    fused=float(row.fused),
+                    final_rank=len(hits) + 1 if keep else None,
+                )
+            )
+            if keep:
+                hits.append(_hit(row))
+        stats = SearchStats(
+            scopes_applied=len(vq.scopes),
+            lexical_matches=int(first.lexical_matches),
+            lifecycle_filtered=int(first.lifecycle_filtered),
+            filter_filtered=int(first.filter_filtered),
+            min_score_filtered=below,
+            candidates=len(entries),
+            returned=len(hits),
+        )
+        log = RankLog(
+            method=self._fusion.method,
+            params=self._fusion.params(),
+            lexical_candidates=int(first.lexical_pool),
+            vector_candidates=int(first.vector_pool),
+            entries=tuple(entries),
+        )
+        return SearchResponse(hits=tuple(hits), stats=stats, rank_log=log)
+
+    def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
+        validate_doc_id(doc_id)
+        vq = validate_query(query)
+        filter_sql, params = build_filter_sql(vq.filters)
+        with self._reader(vq.scopes, "explain") as conn:
+            row = conn.execute(
+                text(
+                    f"SELECT d.lifecycle, ({filter_sql}) AS passed FROM documents d "  # noqa: S608
+                    "WHERE d.doc_id = :doc_id AND d.lifecycle <> 'deleted' "
+                    "AND d.permission_scope = ANY(:scopes)"
+                ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+                {**params, "doc_id": doc_id, "scopes": sorted(vq.scopes)},
+            ).one_or_none()
+        if row is None:
+            raise NotFoundError("document not found")
+        lifecycle = Lifecycle(row.lifecycle)
+        notes: list[str] = []
+        if lifecycle is Lifecycle.SUPERSEDED and not vq.include_superseded:
+            notes.append("superseded: excluded unless include_superseded=True")
+        if not row.passed:
+            notes.append("excluded by filters")
+        position = 0
+        final_rank = None
+        found = None
+        for r in self._run(vq):
+            if r.doc_id is None:
+                continue
+            passes = vq.min_score is None or r.fused >= vq.min_score
+            position += passes
+            if r.doc_id == doc_id:
+                found = r
+                if passes:
+                    final_rank = position
+                else:
+                    notes.append("below min_score")
+                break
+        if found is None and not notes:
+            notes.append("not among the candidates of either arm")
+        return RankExplanation(
+            doc_id=doc_id,
+            matched=final_rank is not None,
+            final_rank=final_rank,
+            score_parts=_parts(found) if found is not None else None,
+            matched_terms=tuple(found.terms or ()) if found is not None else (),
+            best_chunk_ordinal=found.chunk_ordinal if found is not None else None,
+            filters_passed=bool(row.passed),
+            lifecycle=lifecycle,
+            method=self._fusion.method,
+            notes=tuple(notes),
+        )
+
+    def _run(self, vq: ValidQuery) -> list[Row[Any]]:
+        filter_sql, params = build_filter_sql(vq.filters)
+        lifecycles = ["active", "superseded"] if vq.include_superseded else ["active"]
+        pool = self._fusion.pool_size
+        chunk_pool = min(1000, pool * 4)
+        qvec = self._embedder.embed_query(vq.text)
+        sql = hybrid_search_sql(filter_sql, self._fusion)
+        bind = {
+            **params,
+            "scopes": sorted(vq.scopes),
+            "lifecycles": lifecycles,
+            "qtext": segment_for_query(vq.text),
+            "ts_config": self._settings.text_search_config,
+            "qvec": _vector_literal(qvec),
+            "pool": pool,
+            "chunk_pool": chunk_pool,
+        }
+        if self._fusion.method == "rrf":
+            bind["rrf_k"] = self._fusion.rrf_k
+        else:
+            bind["lexical_weight"] = self._fusion.lexical_weight
+        with self._reader(vq.scopes, "search") as conn:
+            conn.execute(
+                text(
+                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                    "set_config('hnsw.ef_search', :ef, true)"
+                ),
+                {"ef": str(max(40, chunk_pool))},
+            )
+            return list(conn.execute(sql, bind))
+
+
+def _f(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _parts(row: Row[Any]) -> ScoreParts:
+    return ScoreParts(
+        lexical_rank=row.lexical_rank,
+        lexical_score=_f(row.lexical_score),
+        vector_rank=row.vector_rank,
+        vector_similarity=_f(row.vector_similarity),
+        fused=float(row.fused),
+    )
+
+
+def _hit(row: Row[Any]) -> EvidenceHit:
+    return EvidenceHit(
+        doc_id=row.doc_id,
+        source_system=row.source_system,
+        source_uri=row.source_uri,
+        object_type=row.object_type,
+        title=row.title,
+        snippet=row.snippet,
+        permission_scope=row.permission_scope,
+        lifecycle=Lifecycle(row.lifecycle),
+        updated_at=row.updated_at,
+        score=float(row.fused),
+        score_parts=_parts(row),
+        metadata=dict(row.metadata),
+        chunk_ordinal=row.chunk_ordinal,
+        start_byte=row.start_byte,
+        end_byte=row.end_byte,
+        content_id=row.content_id,
+    )
+
+
+def _document(row: Row[Any]) -> ContextDocument:
+    m = row._mapping
+    return ContextDocument(
+        doc_id=m["doc_id"],
+        title=m["title"],
+        summary=m["summary"],
+        body=m["body"],
+        source_type=m["source_type"],
+        source_system=m["source_system"],
+        source_uri=m["source_uri"],
+        object_type=m["object_type"],
+        permission_scope=m["permission_scope"],
+        lifecycle=Lifecycle(m["lifecycle"]),
+        review_status=m["review_status"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        owner=m["owner"],
+        department=m["department"],
+        project=m["project"],
+        tags=tuple(m["tags"]),
+        entities=tuple(m["entities"]),
+        content_id=m["content_id"],
+        source_revision=m["source_revision"],
+        superseded_by=m["superseded_by"],
+        masked_fields=tuple(sorted(set(m["field_mask"]) | set(m["pii_flags"]))),
+        metadata=dict(m["metadata"]),
+    )
+
+
+def _activate_config(
+    engine: Engine, embedder: Embedder, chunk_bytes: int, chunk_overlap: int, ts_config: str
+) -> IndexSettings:
+    """Make the configuration for this embedder and chunking the active revision.
+
+    A changed configuration gets a new revision; chunks built under an older one are then
+    stale, which the evidence reports and the reindex job repairs.
+    """
+    with translate_errors("activate index configuration"), engine.begin() as conn:
+        conn.execute(text("LOCK TABLE index_configs IN SHARE ROW EXCLUSIVE MODE"))
+        dim = conn.execute(
+            text(
+                "SELECT atttypmod FROM pg_attribute WHERE attrelid = CAST('chunks' AS regclass) "
+                "AND attname = 'embedding'"
+            )
+        ).scalar()
+        if dim != embedder.dimension:
+            raise RetrieverUnconfiguredError(
+                f"embedder {embedder.model_id} has dimension {embedder.dimension}, but this "
+                f"schema stores vectors of dimension {dim}; use another schema",
+                details={"expected": dim, "got": embedder.dimension},
+            )
+        if (
+            conn.execute(
+                text("SELECT 1 FROM pg_ts_config WHERE cfgname = :c"), {"c": ts_config}
+            ).scalar()
+            is None
+        ):
+            raise RetrieverUnconfiguredError(f"unknown text search configuration {ts_config!r}")
+        wanted = (embedder.model_id, embedder.dimension, chunk_bytes, chunk_overlap, ts_config)
+        row = conn.execute(
+            text(
+                "SELECT revision, embedding_model, dimension, chunk_bytes, chunk_overlap, "
+                "text_search_config FROM index_configs WHERE active"
+            )
+        ).one_or_none()
+        if row is not None and tuple(row)[1:] == wanted:
+            revision = int(row.revision)
+        else:
+            revision = int(
+                conn.execute(
+                    text("SELECT COALESCE(max(revision), 0) + 1 FROM index_configs")
+                ).scalar_one()
+            )
+            conn.execute(text("UPDATE index_configs SET active = false WHERE active"))
+            conn.execute(
+                text(
+                    "INSERT INTO index_configs (revision, embedding_model, dimension, chunk_bytes, "
+                    "chunk_overlap, text_search_config, active) VALUES (:r, :m, :d, :cb, :co, :ts, "
+                    "true)"
+                ),
+                {
+                    "r": revision,
+                    "m": wanted[0],
+                    "d": wanted[1],
+                    "cb": chunk_bytes,
+                    "co": chunk_overlap,
+                    "ts": ts_config,
+                },
+            )
+    return IndexSettings(
+        revision=revision,
+        embedding_model=embedder.model_id,
+        dimension=embedder.dimension,
+        chunk_bytes=chunk_bytes,
+        chunk_overlap=chunk_overlap,
+        text_search_config=ts_config,
+    )

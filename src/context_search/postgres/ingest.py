@@ -1,0 +1,341 @@
+"""Turning validated records into document and chunk rows, and writing them in batches.
+
+Masked fields are dropped here, before anything reaches the database: the stored row keeps
+an empty value, the searchable text never contains it, and the record hash (which makes
+re-ingestion idempotent) is computed from the original record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Integer, Text
+
+from context_search.contract import ContextDocumentRecord, RecordOutcome
+from context_search.embedding import Embedder
+from context_search.text import Chunk, chunk_text, segment_for_index, validate_spans
+
+__all__ = [
+    "IndexSettings",
+    "PreparedRecord",
+    "ProgressCallback",
+    "prepare",
+    "record_hash",
+    "write_batch",
+]
+
+#: Called after each committed batch with (records done, records total).
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSettings:
+    """The active index configuration revision and what it means for chunks."""
+
+    revision: int
+    embedding_model: str
+    dimension: int
+    chunk_bytes: int
+    chunk_overlap: int
+    text_search_config: str
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in sorted(value.items())}
+    return value
+
+
+def record_hash(record: ContextDocumentRecord) -> str:
+    """Hash of every field of the record: equal hashes mean nothing needs rewriting."""
+    fields = {name: _jsonable(getattr(record, name)) for name in record.__dataclass_fields__}
+    fields["metadata"] = _jsonable(dict(record.metadata))
+    blob = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRecord:
+    record: ContextDocumentRecord
+    hash: str
+    row: dict[str, Any]
+    chunks: list[Chunk]
+    index_texts: list[str]
+
+
+def prepare(record: ContextDocumentRecord, index: int, settings: IndexSettings) -> PreparedRecord:
+    """Mask, chunk and build the searchable text of one record (no I/O)."""
+    masked = record.masked_fields
+
+    def keep(name: str, value: str) -> str:
+        return "" if name in masked else value
+
+    body = keep("body", record.body)
+    title, summary = keep("title", record.title), keep("summary", record.summary)
+    chunks: list[Chunk] = []
+    if body:
+        chunks = (
+            validate_spans(body, record.chunks, index=index)
+            if record.chunks
+            else chunk_text(
+                body, max_bytes=settings.chunk_bytes, overlap_bytes=settings.chunk_overlap
+            )
+        )
+    if not chunks:
+        # Nothing of the body may be indexed; a zero-width chunk carries title and summary.
+        chunks = [Chunk(ordinal=0, start_byte=0, end_byte=0, text="")]
+    header = "\n".join(v for v in (title, summary) if v)
+    texts = [f"{header}\n{c.text}" if header else c.text for c in chunks]
+    metadata = {k: v for k, v in record.metadata.items() if f"metadata.{k}" not in masked}
+    row = {
+        "doc_id": record.document_id,
+        "raw_source_id": record.raw_source_id,
+        "source_type": record.source_type,
+        "source_system": record.source_system,
+        "source_uri": keep("source_uri", record.source_uri),
+        "source_hash": record.source_hash,
+        "object_type": record.object_type,
+        "title": title,
+        "summary": summary,
+        "body": body,
+        "chunk_spans": [list(s) for s in record.chunks] if record.chunks else None,
+        "permission_scope": record.permission_scope,
+        "review_status": record.review_status,
+        "lifecycle": record.lifecycle.value,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "owner": keep("owner", record.owner),
+        "department": keep("department", record.department),
+        "project": keep("project", record.project),
+        "tags": [] if "tags" in masked else list(record.tags),
+        "entities": [] if "entities" in masked else list(record.entities),
+        "pii_flags": list(record.pii_flags),
+        "field_mask": list(record.field_mask),
+        "supersedes": list(record.supersedes),
+        "embedding_model": record.embedding_model,
+        "ingest_pipeline_version": record.ingest_pipeline_version,
+        "metadata": metadata,
+        "content_id": record.content_id,
+        "source_revision": record.source_revision,
+    }
+    return PreparedRecord(
+        record=record,
+        hash=record_hash(record),
+        row=row,
+        chunks=chunks,
+        index_texts=[segment_for_index(t) for t in texts],
+    )
+
+
+_DOC_COLUMNS = (
+    "doc_id",
+    "raw_source_id",
+    "source_type",
+    "source_system",
+    "source_uri",
+    "source_hash",
+    "object_type",
+    "title",
+    "summary",
+    "body",
+    "chunk_spans",
+    "permission_scope",
+    "review_status",
+    "lifecycle",
+    "created_at",
+    "updated_at",
+    "owner",
+    "department",
+    "project",
+    "tags",
+    "entities",
+    "pii_flags",
+    "field_mask",
+    "supersedes",
+    "embedding_model",
+    "ingest_pipeline_version",
+    "metadata",
+    "content_id",
+    "source_revision",
+    "record_hash",
+)
+
+_UPSERT_DOCS = text(
+    "INSERT INTO documents (" + ", ".join(_DOC_COLUMNS) + ", indexed_content_id, "
+    "indexed_config_revision) "
+    "SELECT " + ", ".join(f"r.{c}" for c in _DOC_COLUMNS) + ", r.content_id, :revision "
+    "FROM jsonb_populate_recordset(NULL::documents, CAST(:rows AS jsonb)) AS r "
+    "ON CONFLICT (doc_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in _DOC_COLUMNS if c != "doc_id")
+    + ", superseded_by = NULL, indexed_content_id = EXCLUDED.indexed_content_id, "
+    "indexed_config_revision = EXCLUDED.indexed_config_revision, "
+    "row_version = documents.row_version + 1, modified_at = now()"
+).bindparams(bindparam("rows", type_=Text), bindparam("revision", type_=Integer))
+
+_INSERT_CHUNKS = text(
+    """
+    INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
+                        embedding, permission_scope, lifecycle, content_id, config_revision)
+    SELECT v.doc_id, v.ordinal, v.start_byte, v.end_byte, v.text,
+           (SELECT count(*) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
+           v.tsv, CAST(v.embedding AS vector), v.scope, v.lifecycle, v.content_id, :revision
+    FROM (
+        SELECT u.*, to_tsvector(CAST(:ts_config AS regconfig), u.index_text) AS tsv
+        FROM unnest(:doc_ids, :ordinals, :starts, :ends, :texts, :index_texts, :embeddings,
+                    :scopes, :lifecycles, :content_ids)
+             AS u(doc_id, ordinal, start_byte, end_byte, text, index_text, embedding, scope,
+                  lifecycle, content_id)
+    ) AS v
+    """
+).bindparams(
+    bindparam("doc_ids", type_=ARRAY(Text)),
+    bindparam("ordinals", type_=ARRAY(Integer)),
+    bindparam("starts", type_=ARRAY(Integer)),
+    bindparam("ends", type_=ARRAY(Integer)),
+    bindparam("texts", type_=ARRAY(Text)),
+    bindparam("index_texts", type_=ARRAY(Text)),
+    bindparam("embeddings", type_=ARRAY(Text)),
+    bindparam("scopes", type_=ARRAY(Text)),
+    bindparam("lifecycles", type_=ARRAY(Text)),
+    bindparam("content_ids", type_=ARRAY(Text)),
+    bindparam("revision", type_=Integer),
+    bindparam("ts_config", type_=Text),
+)
+
+_SUPERSEDE_DOCS = text(
+    """
+    UPDATE documents AS d
+    SET lifecycle = 'superseded', superseded_by = s.successor,
+        row_version = d.row_version + 1, modified_at = now()
+    FROM unnest(:old_ids, :successors) AS s(old_id, successor)
+    WHERE d.doc_id = s.old_id AND d.lifecycle <> 'deleted'
+    """
+).bindparams(bindparam("old_ids", type_=ARRAY(Text)), bindparam("successors", type_=ARRAY(Text)))
+
+_SUPERSEDE_CHUNKS = text(
+    "UPDATE chunks SET lifecycle = 'superseded' "
+    "WHERE doc_id = ANY(:old_ids) AND lifecycle <> 'deleted'"
+).bindparams(bindparam("old_ids", type_=ARRAY(Text)))
+
+
+def _vector_literal(v: np.ndarray[Any, Any]) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in v.tolist()) + "]"
+
+
+def write_batch(
+    conn: Connection, batch: Sequence[PreparedRecord], embedder: Embedder, settings: IndexSettings
+) -> tuple[list[tuple[str, RecordOutcome]], int, int]:
+    """Write one batch inside the caller's transaction: unchanged rows are skipped entirely.
+
+    Returns outcomes in input order, chunks written and embeddings computed.
+    """
+    ids = [p.record.document_id for p in batch]
+    existing = {
+        row.doc_id: row
+        for row in conn.execute(
+            text(
+                "SELECT doc_id, record_hash, indexed_config_revision FROM documents "
+                "WHERE doc_id = ANY(:ids) FOR UPDATE"
+            ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+            {"ids": ids},
+        )
+    }
+    outcomes: list[tuple[str, RecordOutcome]] = []
+    changed: list[PreparedRecord] = []
+    for p in batch:
+        old = existing.get(p.record.document_id)
+        if (
+            old is not None
+            and old.record_hash == p.hash
+            and (old.indexed_config_revision == settings.revision)
+        ):
+            outcomes.append((p.record.document_id, RecordOutcome.UNCHANGED))
+            continue
+        outcomes.append(
+            (
+                p.record.document_id,
+                RecordOutcome.UPDATED if old is not None else RecordOutcome.INSERTED,
+            )
+        )
+        changed.append(p)
+    if not changed:
+        return outcomes, 0, 0
+    texts = [t for p in changed for t in p.index_texts]
+    vectors = embedder.embed_documents(texts)
+    if vectors.shape != (len(texts), settings.dimension):
+        raise ValueError(
+            f"embedder returned shape {vectors.shape}, expected "
+            f"({len(texts)}, {settings.dimension})"
+        )
+    rows = [{**p.row, "record_hash": p.hash} for p in changed]
+    conn.execute(
+        _UPSERT_DOCS,
+        {
+            "rows": json.dumps(rows, default=_json_default, ensure_ascii=False),
+            "revision": settings.revision,
+        },
+    )
+    changed_ids = [p.record.document_id for p in changed]
+    conn.execute(
+        text("DELETE FROM chunks WHERE doc_id = ANY(:ids)").bindparams(
+            bindparam("ids", type_=ARRAY(Text))
+        ),
+        {"ids": changed_ids},
+    )
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "doc_ids",
+            "ordinals",
+            "starts",
+            "ends",
+            "texts",
+            "index_texts",
+            "embeddings",
+            "scopes",
+            "lifecycles",
+            "content_ids",
+        )
+    }
+    i = 0
+    for p in changed:
+        for chunk, index_text in zip(p.chunks, p.index_texts, strict=True):
+            cols["doc_ids"].append(p.record.document_id)
+            cols["ordinals"].append(chunk.ordinal)
+            cols["starts"].append(chunk.start_byte)
+            cols["ends"].append(chunk.end_byte)
+            cols["texts"].append(chunk.text)
+            cols["index_texts"].append(index_text)
+            cols["embeddings"].append(_vector_literal(vectors[i]))
+            cols["scopes"].append(p.record.permission_scope)
+            cols["lifecycles"].append(p.record.lifecycle.value)
+            cols["content_ids"].append(p.record.content_id)
+            i += 1
+    conn.execute(
+        _INSERT_CHUNKS,
+        {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
+    )
+    pairs = [(old, p.record.document_id) for p in changed for old in p.record.supersedes]
+    if pairs:
+        old_ids = [a for a, _ in pairs]
+        conn.execute(_SUPERSEDE_DOCS, {"old_ids": old_ids, "successors": [b for _, b in pairs]})
+        conn.execute(_SUPERSEDE_CHUNKS, {"old_ids": old_ids})
+    return outcomes, len(texts), len(texts)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,215 @@
+"""The hybrid search statement: BM25 lexical arm + HNSW vector arm, fused in one round trip.
+
+BM25 inside PostgreSQL: term frequencies come from the stored ``tsvector`` positions,
+document frequency and average length from the chunks the caller may see (scope and not
+deleted), so scores never depend on invisible rows. The lexical arm reads only chunks the
+GIN index matches; the vector arm orders by cosine distance with pgvector's iterative
+HNSW scan so that filters cannot silently shrink the candidate pool. Both arms group chunks
+to documents (best chunk wins) before ranks are assigned, then RRF or convex fusion runs
+server-side. Filters become bound parameters; no value is ever formatted into SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
+
+from context_search.validation import FILTER_FIELDS, FilterClause
+
+__all__ = ["FusionSettings", "build_filter_sql", "hybrid_search_sql"]
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class FusionSettings:
+    method: Literal["rrf", "convex"] = "rrf"
+    rrf_k: int = 60
+    lexical_weight: float = 0.5
+    pool_size: int = 100
+
+    def params(self) -> dict[str, float]:
+        if self.method == "rrf":
+            return {"k": float(self.rrf_k), "pool_size": float(self.pool_size)}
+        return {"lexical_weight": self.lexical_weight, "pool_size": float(self.pool_size)}
+
+
+def build_filter_sql(clauses: tuple[FilterClause, ...]) -> tuple[str, dict[str, Any]]:
+    """SQL over ``documents d`` for the parsed filter clauses, with bound parameters."""
+    parts: list[str] = ["TRUE"]
+    params: dict[str, Any] = {}
+    for i, c in enumerate(clauses):
+        p = f"f{i}"
+        key = c.metadata_key
+        if key is not None:
+            params[f"{p}k"] = key
+            if c.op == "eq":
+                params[p] = json.dumps({key: c.value})
+                parts.append(f"d.metadata @> CAST(:{p} AS jsonb)")
+            elif c.op == "in":
+                params[p] = [json.dumps({key: v}) for v in c.value]
+                parts.append(f"d.metadata @> ANY(CAST(:{p} AS jsonb[]))")
+            else:
+                params[p] = c.value
+                op = {"gte": ">=", "gt": ">", "lte": "<=", "lt": "<"}[c.op]
+                parts.append(
+                    f"(CASE WHEN jsonb_typeof(d.metadata -> :{p}k) = 'number' "
+                    f"THEN CAST(d.metadata ->> :{p}k AS double precision) END) {op} :{p}"
+                )
+            continue
+        kind = FILTER_FIELDS[c.field]
+        column = f"d.{c.field}"  # c.field is one of FILTER_FIELDS: a fixed identifier
+        params[f"{p}n"] = c.field
+        unmasked = f"NOT (:{p}n = ANY(d.field_mask) OR :{p}n = ANY(d.pii_flags))"
+        if kind == "tags":
+            params[p] = [c.value] if c.op == "eq" else list(c.value)
+            parts.append(f"{column} {'@>' if c.op == 'eq' else '&&'} CAST(:{p} AS text[])")
+        elif c.op == "eq":
+            params[p] = c.value
+            parts.append(f"{column} = :{p}")
+        elif c.op == "in":
+            params[p] = list(c.value)
+            cast = "timestamptz[]" if kind == "time" else "text[]"
+            parts.append(f"{column} = ANY(CAST(:{p} AS {cast}))")
+        else:
+            params[p] = c.value
+            op = {"gte": ">=", "gt": ">", "lte": "<=", "lt": "<"}[c.op]
+            parts.append(f"{column} {op} :{p}")
+        parts.append(unmasked)
+    return " AND ".join(parts), params
+
+
+def hybrid_search_sql(filter_sql: str, fusion: FusionSettings) -> TextClause:
+    """One statement returning every fused candidate with its components and hit fields.
+
+    Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qtext`` (segmented
+    query text), ``ts_config``, ``qvec`` (vector literal), ``pool`` and ``chunk_pool``.
+    """
+    if fusion.method == "rrf":
+        fused = (
+            "COALESCE(1.0 / (:rrf_k + l.lexical_rank), 0) + "
+            "COALESCE(1.0 / (:rrf_k + v.vector_rank), 0)"
+        )
+    else:
+        fused = (
+            ":lexical_weight * COALESCE(l.lexical_score / NULLIF(mx.top, 0), 0) + "
+            "(1 - :lexical_weight) * GREATEST(COALESCE(v.vector_similarity, 0), 0)"
+        )
+    sql = f"""
+WITH q AS (
+    SELECT CAST(replace(replace(CAST(plainto_tsquery(CAST(:ts_config AS regconfig), :qtext)
+                AS text), ' & ', ' | '), ' <-> ', ' | ') AS tsquery) AS tsq,
+           ARRAY(SELECT DISTINCT u.lexeme
+                 FROM unnest(to_tsvector(CAST(:ts_config AS regconfig), :qtext)) AS u)
+               AS terms
+),
+visible AS MATERIALIZED (
+    SELECT count(*) AS n, COALESCE(avg(c.token_count), 1) AS avgdl
+    FROM chunks c
+    WHERE c.permission_scope = ANY(CAST(:scopes AS text[])) AND c.lifecycle <> 'deleted'
+),
+matched AS MATERIALIZED (
+    SELECT c.chunk_id, c.doc_id, c.ordinal, c.tsv, c.token_count,
+           (c.lifecycle = ANY(CAST(:lifecycles AS text[]))) AS lifecycle_ok
+    FROM chunks c, q
+    WHERE c.tsv @@ q.tsq
+      AND c.permission_scope = ANY(CAST(:scopes AS text[])) AND c.lifecycle <> 'deleted'
+),
+matched_docs AS (
+    SELECT m.doc_id, bool_or(m.lifecycle_ok) AS lifecycle_ok,
+           bool_or(m.lifecycle_ok) AND bool_and({filter_sql}) AS eligible
+    FROM matched m JOIN documents d ON d.doc_id = m.doc_id
+    GROUP BY m.doc_id
+),
+df AS (
+    SELECT u.lexeme, count(*) AS df
+    FROM matched m, unnest(m.tsv) AS u, q
+    WHERE u.lexeme = ANY(q.terms)
+    GROUP BY u.lexeme
+),
+chunk_bm25 AS (
+    SELECT m.doc_id, m.ordinal,
+           sum(ln(1 + (vs.n - df.df + 0.5) / (df.df + 0.5))
+               * (cardinality(u.positions) * ({BM25_K1} + 1))
+               / (cardinality(u.positions)
+                  + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.token_count / vs.avgdl)))
+               AS score,
+           array_agg(u.lexeme ORDER BY u.lexeme) AS terms
+    FROM matched m
+    JOIN matched_docs md ON md.doc_id = m.doc_id AND md.eligible
+    CROSS JOIN visible vs
+    CROSS JOIN LATERAL unnest(m.tsv) AS u
+    JOIN df ON df.lexeme = u.lexeme
+    WHERE m.lifecycle_ok
+    GROUP BY m.doc_id, m.ordinal
+),
+lexical AS (
+    SELECT doc_id, lexical_score, lexical_chunk, terms,
+           row_number() OVER (ORDER BY lexical_score DESC, doc_id) AS lexical_rank
+    FROM (
+        SELECT DISTINCT ON (doc_id) doc_id, score AS lexical_score, ordinal AS lexical_chunk,
+               terms
+        FROM chunk_bm25
+        ORDER BY doc_id, score DESC, ordinal
+    ) best
+    ORDER BY lexical_score DESC, doc_id
+    LIMIT :pool
+),
+nearest AS MATERIALIZED (
+    SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
+    FROM chunks c JOIN documents d ON d.doc_id = c.doc_id
+    WHERE c.permission_scope = ANY(CAST(:scopes AS text[]))
+      AND c.lifecycle = ANY(CAST(:lifecycles AS text[]))
+      AND {filter_sql}
+    ORDER BY c.embedding <=> CAST(:qvec AS vector)
+    LIMIT :chunk_pool
+),
+vector AS (
+    SELECT doc_id, vector_similarity, vector_chunk,
+           row_number() OVER (ORDER BY vector_similarity DESC, doc_id) AS vector_rank
+    FROM (
+        SELECT DISTINCT ON (doc_id) doc_id, 1 - distance AS vector_similarity,
+               ordinal AS vector_chunk
+        FROM nearest
+        ORDER BY doc_id, distance, ordinal
+    ) best
+    ORDER BY vector_similarity DESC, doc_id
+    LIMIT :pool
+),
+mx AS (SELECT max(lexical_score) AS top FROM lexical),
+fused AS (
+    SELECT COALESCE(l.doc_id, v.doc_id) AS doc_id,
+           l.lexical_rank, l.lexical_score, l.lexical_chunk, l.terms,
+           v.vector_rank, v.vector_similarity, v.vector_chunk,
+           CAST({fused} AS double precision) AS fused
+    FROM lexical l FULL OUTER JOIN vector v ON v.doc_id = l.doc_id CROSS JOIN mx
+),
+stats AS (
+    SELECT (SELECT count(*) FROM matched_docs) AS lexical_matches,
+           (SELECT count(*) FROM matched_docs WHERE NOT lifecycle_ok) AS lifecycle_filtered,
+           (SELECT count(*) FROM matched_docs WHERE lifecycle_ok AND NOT eligible)
+               AS filter_filtered,
+           (SELECT count(*) FROM lexical) AS lexical_pool,
+           (SELECT count(*) FROM vector) AS vector_pool
+),
+hits AS (
+    SELECT f.*, d.title, d.source_system, d.source_uri, d.object_type, d.permission_scope,
+           d.lifecycle, d.updated_at, d.metadata, d.content_id,
+           c.ordinal AS chunk_ordinal, c.start_byte, c.end_byte, c.text AS snippet
+    FROM fused f
+    JOIN documents d ON d.doc_id = f.doc_id
+    JOIN chunks c ON c.doc_id = f.doc_id
+                 AND c.ordinal = COALESCE(f.lexical_chunk, f.vector_chunk)
+)
+SELECT s.*, h.* FROM stats s LEFT JOIN hits h ON TRUE
+ORDER BY h.fused DESC, h.doc_id
+"""
+    return text(sql).bindparams(
+        bindparam("scopes", type_=ARRAY(Text)), bindparam("lifecycles", type_=ARRAY(Text))
+    )
