@@ -16,7 +16,7 @@ from tests.integration.conftest import drop_schema_and_role
 
 
 @pytest.fixture(scope="module")
-def factory(pg_dsn: str) -> Iterator[object]:
+def factory(pg_dsn: str) -> object:
     @contextmanager
     def make() -> Iterator[SearchConnector]:
         schema = f"cs_conf_{uuid.uuid4().hex[:10]}"
@@ -29,7 +29,7 @@ def factory(pg_dsn: str) -> Iterator[object]:
             with psycopg.connect(pg_dsn, autocommit=True) as conn:
                 drop_schema_and_role(conn, schema)
 
-    yield make
+    return make
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from context_search.cli import conformance as _conformance
+from context_search.cli import db as _db
 
 app = typer.Typer(
     name="context-search",
@@ -20,6 +21,7 @@ def _root() -> None:
 
 
 app.command("conformance")(_conformance.conformance)
+app.command("migrate")(_db.migrate_command)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -11,19 +12,48 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from context_search.conformance import CASES, ConformanceReport, run_conformance
+from context_search.conformance import (
+    CASES,
+    ConformanceReport,
+    ConnectorFactory,
+    run_conformance,
+)
 from context_search.contract import SearchConnector
 from context_search.memory import InMemorySearchConnector
 
 
 class Backend(enum.StrEnum):
     MEMORY = "memory"
+    POSTGRES = "postgres"
 
 
 @contextmanager
 def _memory() -> Iterator[SearchConnector]:
     with InMemorySearchConnector() as connector:
         yield connector
+
+
+def _postgres_factory(dsn: str | None) -> ConnectorFactory:
+    """Each case gets its own throwaway schema (and reader role), dropped afterwards."""
+    from context_search.embedding import HashingEmbedder
+    from context_search.postgres import PostgresSearchConnector
+    from context_search.postgres.admin import drop_index
+    from context_search.postgres.server import resolve_server
+
+    server = resolve_server(dsn)
+
+    @contextmanager
+    def make() -> Iterator[SearchConnector]:
+        schema = f"cs_conformance_{uuid.uuid4().hex[:10]}"
+        try:
+            with PostgresSearchConnector.open(
+                server.dsn, embedder=HashingEmbedder(), schema=schema
+            ) as connector:
+                yield connector
+        finally:
+            drop_index(server.dsn, schema)
+
+    return make
 
 
 def render(report: ConformanceReport, console: Console, *, backend: str) -> None:
@@ -54,12 +84,15 @@ def conformance(
     case: Annotated[
         list[str] | None, typer.Option("--case", "-k", help="Run only these case names.")
     ] = None,
+    dsn: Annotated[
+        str | None, typer.Option("--dsn", help="PostgreSQL URI (default: env or embedded).")
+    ] = None,
 ) -> None:
     """Run the SearchConnector conformance suite; exit 1 if any case fails."""
     cases = [c for c in CASES if not case or c.name in case]
     if not cases:
         raise typer.BadParameter(f"no such case: {', '.join(case or [])}", param_hint="--case")
-    factory = _memory
+    factory: ConnectorFactory = _memory if backend is Backend.MEMORY else _postgres_factory(dsn)
     report = run_conformance(factory, cases)
     render(report, Console(width=160), backend=backend.value)
     raise typer.Exit(code=0 if report.ok else 1)

@@ -101,6 +101,7 @@ def hybrid_search_sql(filter_sql: str, fusion: FusionSettings) -> TextClause:
             ":lexical_weight * COALESCE(l.lexical_score / NULLIF(mx.top, 0), 0) + "
             "(1 - :lexical_weight) * GREATEST(COALESCE(v.vector_similarity, 0), 0)"
         )
+    # Only fixed fragments are interpolated; every value is a bound parameter.
     sql = f"""
 WITH q AS (
     SELECT CAST(replace(replace(CAST(plainto_tsquery(CAST(:ts_config AS regconfig), :qtext)

@@ -34,7 +34,7 @@ def _schema() -> str:
 def upgrade() -> None:
     schema = _schema()
     role = f"{schema}_reader"
-    op.execute(
+    op.execute(  # schema names are validated identifiers ([a-z_][a-z0-9_]*)
         f"""
         DO $$
         BEGIN
