@@ -8,7 +8,8 @@ Writes run as the owning role, one transaction per batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -63,6 +64,10 @@ from context_search.validation import (
 __all__ = ["PostgresSearchConnector"]
 
 _SCOPES_SETTING = "context_search.allowed_scopes"
+_PLANNER_KEY = re.compile(
+    r"^(enable_[a-z_]+|hnsw\.[a-z_]+|ivfflat\.[a-z_]+|random_page_cost"
+    r"|seq_page_cost|work_mem|jit|max_parallel_workers_per_gather)$"
+)
 
 
 def _vector_literal(values: Any) -> str:
@@ -85,7 +90,9 @@ class PostgresSearchConnector:
         settings: IndexSettings,
         fusion: FusionSettings,
         owns_engine: bool,
+        planner_settings: Mapping[str, str] | None = None,
     ) -> None:
+        self._planner = dict(planner_settings or {})
         self._engine = engine
         self._schema = schema
         self._embedder = embedder
@@ -109,10 +116,22 @@ class PostgresSearchConnector:
         chunk_bytes: int = 1200,
         chunk_overlap: int = 200,
         text_search_config: str = "english",
+        planner_settings: Mapping[str, str] | None = None,
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
-        make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2)."""
+        make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
+
+        ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.
+        ``{"hnsw.ef_search": "200"}`` or ``{"enable_seqscan": "off"}`` to force the HNSW
+        index on a table small enough that the planner would otherwise scan it exactly.
+        """
         schema = validate_schema(schema or DEFAULT_SCHEMA)
+        planner = dict(planner_settings or {})
+        for key, value in planner.items():
+            if not _PLANNER_KEY.match(key) or not isinstance(value, str):
+                raise InvalidQueryError(
+                    f"unsupported planner setting {key!r}", details={"field": "planner_settings"}
+                )
         if not 1 <= pool_size <= 1000:
             raise InvalidQueryError("pool_size must be between 1 and 1000")
         handle = resolve_server(dsn)
@@ -136,6 +155,7 @@ class PostgresSearchConnector:
                 method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
             ),
             owns_engine=True,
+            planner_settings=planner,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -392,13 +412,19 @@ class PostgresSearchConnector:
             notes=tuple(notes),
         )
 
-    def _run(self, vq: ValidQuery) -> list[Row[Any]]:
+    def search_plan(self, query: SearchQuery, *, analyze: bool = False) -> str:
+        """PostgreSQL's plan for this search (operators checking index use), as text."""
+        vq = validate_query(query)
+        rows = self._run(vq, plan="EXPLAIN (ANALYZE, BUFFERS) " if analyze else "EXPLAIN ")
+        return "\n".join(str(r[0]) for r in rows)
+
+    def _run(self, vq: ValidQuery, plan: str = "") -> list[Row[Any]]:
         filter_sql, params = build_filter_sql(vq.filters)
         lifecycles = ["active", "superseded"] if vq.include_superseded else ["active"]
         pool = self._fusion.pool_size
         chunk_pool = min(1000, pool * 4)
         qvec = self._embedder.embed_query(vq.text)
-        sql = hybrid_search_sql(filter_sql, self._fusion)
+        sql = hybrid_search_sql(filter_sql, self._fusion, prefix=plan)
         bind = {
             **params,
             "scopes": sorted(vq.scopes),
@@ -421,6 +447,8 @@ class PostgresSearchConnector:
                 ),
                 {"ef": str(max(40, chunk_pool))},
             )
+            for key, value in self._planner.items():
+                conn.execute(text("SELECT set_config(:k, :v, true)"), {"k": key, "v": value})
             return list(conn.execute(sql, bind))
 
 

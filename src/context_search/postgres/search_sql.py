@@ -85,7 +85,7 @@ def build_filter_sql(clauses: tuple[FilterClause, ...]) -> tuple[str, dict[str, 
     return " AND ".join(parts), params
 
 
-def hybrid_search_sql(filter_sql: str, fusion: FusionSettings) -> TextClause:
+def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = "") -> TextClause:
     """One statement returning every fused candidate with its components and hit fields.
 
     Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qtext`` (segmented
@@ -102,7 +102,18 @@ def hybrid_search_sql(filter_sql: str, fusion: FusionSettings) -> TextClause:
             "(1 - :lexical_weight) * GREATEST(COALESCE(v.vector_similarity, 0), 0)"
         )
     # Only fixed fragments are interpolated; every value is a bound parameter.
-    sql = f"""
+    # A bare chunks scan ordered by distance is what lets the planner use the HNSW index;
+    # document filters become one array computed once (an InitPlan), not a join.
+    doc_filter = (
+        ""
+        if filter_sql == "TRUE"
+        else "\n      AND c.doc_id = ANY(ARRAY(SELECT d.doc_id FROM documents d WHERE "
+        + filter_sql
+        + "))"
+    )
+    sql = (
+        prefix
+        + f"""
 WITH q AS (
     SELECT CAST(replace(replace(CAST(plainto_tsquery(CAST(:ts_config AS regconfig), :qtext)
                 AS text), ' & ', ' | '), ' <-> ', ' | ') AS tsquery) AS tsq,
@@ -164,10 +175,9 @@ lexical AS (
 ),
 nearest AS MATERIALIZED (
     SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
-    FROM chunks c JOIN documents d ON d.doc_id = c.doc_id
+    FROM chunks c
     WHERE c.permission_scope = ANY(CAST(:scopes AS text[]))
-      AND c.lifecycle = ANY(CAST(:lifecycles AS text[]))
-      AND {filter_sql}
+      AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
     ORDER BY c.embedding <=> CAST(:qvec AS vector)
     LIMIT :chunk_pool
 ),
@@ -211,6 +221,7 @@ hits AS (
 SELECT s.*, h.* FROM stats s LEFT JOIN hits h ON TRUE
 ORDER BY h.fused DESC, h.doc_id
 """
+    )
     return text(sql).bindparams(
         bindparam("scopes", type_=ARRAY(Text)), bindparam("lifecycles", type_=ARRAY(Text))
     )
