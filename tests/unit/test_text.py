@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -45,7 +47,7 @@ def test_chunks_prefer_sentence_boundaries_and_overlap() -> None:
     chunks = chunk_text(body, max_bytes=200, overlap_bytes=40)
     assert len(chunks) > 5
     assert all(c.text.endswith(".") for c in chunks[:-1])
-    assert all(b.start_byte < a.end_byte for a, b in zip(chunks, chunks[1:], strict=False))
+    assert all(b.start_byte < a.end_byte for a, b in itertools.pairwise(chunks))
 
 
 def test_whitespace_and_empty_bodies_have_no_chunks() -> None:
