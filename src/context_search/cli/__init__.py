@@ -6,6 +6,7 @@ import typer
 
 from context_search.cli import conformance as _conformance
 from context_search.cli import db as _db
+from context_search.cli import search as _search
 
 app = typer.Typer(
     name="context-search",
@@ -22,6 +23,9 @@ def _root() -> None:
 
 app.command("conformance")(_conformance.conformance)
 app.command("migrate")(_db.migrate_command)
+app.command("ingest")(_search.ingest)
+app.command("search")(_search.search)
+app.command("explain")(_search.explain)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Benchmarks on real data; each module is runnable with ``python -m benchmarks.<name>``."""
