@@ -37,6 +37,7 @@ __all__ = [
     "SearchResponse",
     "SearchStats",
     "content_id_for",
+    "fusion_arithmetic",
     "gap_id_for",
 ]
 
@@ -309,6 +310,10 @@ class RankExplanation:
     lifecycle: Lifecycle
     method: Literal["rrf", "convex"]
     notes: tuple[str, ...] = ()
+    #: ``(filter key, passed)`` for every filter clause, in key order.
+    filter_verdicts: tuple[tuple[str, bool], ...] = ()
+    #: The fusion computed for this document, e.g. ``1/(60+2) + 1/(60+5) = 0.03151``.
+    fusion_arithmetic: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -320,6 +325,21 @@ class GapReport:
     reason: str
     requester: str = ""
     details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def fusion_arithmetic(
+    method: str, params: Mapping[str, float], parts: ScoreParts, top_lexical: float | None = None
+) -> str:
+    """Human-readable fusion of one document, so an explanation shows its arithmetic."""
+    if method == "rrf":
+        k = params.get("k", 60.0)
+        terms = [f"1/({k:g}+{r})" for r in (parts.lexical_rank, parts.vector_rank) if r]
+        return f"{' + '.join(terms) or '0'} = {parts.fused:.6g}"
+    w = params.get("lexical_weight", 0.5)
+    lex = parts.lexical_score or 0.0
+    top = top_lexical or lex or 1.0
+    sim = max(parts.vector_similarity or 0.0, 0.0)
+    return f"{w:g}*({lex:.4g}/{top:.4g}) + {1 - w:g}*{sim:.4g} = {parts.fused:.6g}"
 
 
 def _normalise(text: str) -> str:

@@ -14,7 +14,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ from context_search.contract import (
     SearchQuery,
     SearchResponse,
     SearchStats,
+    fusion_arithmetic,
     gap_id_for,
 )
 from context_search.embedding import Embedder, HashingEmbedder
@@ -332,7 +333,8 @@ class InMemorySearchConnector:
             passed = record_matches(stored.record, vq.filters)
             if not passed:
                 notes.append("excluded by filters")
-            ranking = self._rank(replace(vq, top_k=len(self._docs) or 1))
+            ranking = self._rank(vq)
+            top_lex = max((c.lexical_score or 0.0 for c in ranking.ordered), default=0.0)
             final_rank = None
             cand = None
             position = 0
@@ -359,6 +361,14 @@ class InMemorySearchConnector:
                 lifecycle=stored.lifecycle,
                 method=self._fusion,
                 notes=tuple(notes),
+                filter_verdicts=tuple(
+                    (c.field, record_matches(stored.record, [c])) for c in vq.filters
+                ),
+                fusion_arithmetic=(
+                    fusion_arithmetic(self._fusion, self._params(), cand.parts(), top_lex)
+                    if cand
+                    else ""
+                ),
             )
 
     def report_gap(self, report: GapReport) -> GapReceipt:

@@ -150,6 +150,18 @@ def explain_agrees_with_search(c: SearchConnector) -> None:
         not miss.matched or (miss.final_rank or 0) > 1,
         f"explain claims an unrelated doc ranks first: {miss}",
     )
+    check(
+        exp.fusion_arithmetic.endswith(f"= {top.score:.6g}"),
+        f"explain's fusion arithmetic does not end in the hit's score: {exp.fusion_arithmetic}",
+    )
+    filtered = _q("basalt compaction", filters={"source_system": "git", "tags": "ops"})
+    verdict = c.explain("doc-team-basalt", filtered)
+    check(
+        verdict.filter_verdicts == (("source_system", True), ("tags", False))
+        and not verdict.filters_passed
+        and not verdict.matched,
+        f"filter verdicts wrong: {verdict.filter_verdicts}, passed={verdict.filters_passed}",
+    )
 
 
 @case("gaps")

@@ -33,6 +33,7 @@ from context_search.contract import (
     SearchQuery,
     SearchResponse,
     SearchStats,
+    fusion_arithmetic,
     gap_id_for,
 )
 from context_search.embedding import Embedder, default_embedder
@@ -51,7 +52,7 @@ from context_search.postgres.ingest import (
 from context_search.postgres.search_sql import FusionSettings, build_filter_sql, hybrid_search_sql
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
-from context_search.text import segment_for_query
+from context_search.text import parse_query
 from context_search.validation import (
     ValidQuery,
     validate_doc_id,
@@ -91,8 +92,10 @@ class PostgresSearchConnector:
         fusion: FusionSettings,
         owns_engine: bool,
         planner_settings: Mapping[str, str] | None = None,
+        exact_threshold: int = 2000,
     ) -> None:
         self._planner = dict(planner_settings or {})
+        self._exact_threshold = exact_threshold
         self._engine = engine
         self._schema = schema
         self._embedder = embedder
@@ -117,10 +120,13 @@ class PostgresSearchConnector:
         chunk_overlap: int = 200,
         text_search_config: str = "english",
         planner_settings: Mapping[str, str] | None = None,
+        exact_threshold: int = 2000,
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
 
+        When at most ``exact_threshold`` chunks pass the scope, lifecycle and filters, the
+        vector arm computes exact distances over just those rows instead of walking HNSW.
         ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.
         ``{"hnsw.ef_search": "200"}`` or ``{"enable_seqscan": "off"}`` to force the HNSW
         index on a table small enough that the planner would otherwise scan it exactly.
@@ -156,6 +162,7 @@ class PostgresSearchConnector:
             ),
             owns_engine=True,
             planner_settings=planner,
+            exact_threshold=exact_threshold,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -365,10 +372,16 @@ class PostgresSearchConnector:
         validate_doc_id(doc_id)
         vq = validate_query(query)
         filter_sql, params = build_filter_sql(vq.filters)
+        verdicts = ""
+        for i, clause in enumerate(vq.filters):
+            clause_sql, clause_params = build_filter_sql((clause,), prefix=f"v{i}_")
+            verdicts += f", ({clause_sql}) AS v{i}"
+            params.update(clause_params)
         with self._reader(vq.scopes, "explain") as conn:
             row = conn.execute(
                 text(
-                    f"SELECT d.lifecycle, ({filter_sql}) AS passed FROM documents d "  # noqa: S608
+                    f"SELECT d.lifecycle, ({filter_sql}) AS passed{verdicts} "  # noqa: S608
+                    "FROM documents d "
                     "WHERE d.doc_id = :doc_id AND d.lifecycle <> 'deleted' "
                     "AND d.permission_scope = ANY(:scopes)"
                 ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
@@ -385,7 +398,9 @@ class PostgresSearchConnector:
         position = 0
         final_rank = None
         found = None
-        for r in self._run(vq):
+        rows = self._run(vq)
+        top_lexical = max((float(r.lexical_score or 0.0) for r in rows), default=0.0)
+        for r in rows:
             if r.doc_id is None:
                 continue
             passes = vq.min_score is None or r.fused >= vq.min_score
@@ -410,6 +425,16 @@ class PostgresSearchConnector:
             lifecycle=lifecycle,
             method=self._fusion.method,
             notes=tuple(notes),
+            filter_verdicts=tuple(
+                (c.field, bool(getattr(row, f"v{i}"))) for i, c in enumerate(vq.filters)
+            ),
+            fusion_arithmetic=(
+                fusion_arithmetic(
+                    self._fusion.method, self._fusion.params(), _parts(found), top_lexical
+                )
+                if found is not None
+                else ""
+            ),
         )
 
     def search_plan(self, query: SearchQuery, *, analyze: bool = False) -> str:
@@ -429,10 +454,11 @@ class PostgresSearchConnector:
             **params,
             "scopes": sorted(vq.scopes),
             "lifecycles": lifecycles,
-            "qtext": segment_for_query(vq.text),
+            **_lexical_params(vq.text),
             "ts_config": self._settings.text_search_config,
             "qvec": _vector_literal(qvec),
             "pool": pool,
+            "exact_threshold": self._exact_threshold,
             "chunk_pool": chunk_pool,
         }
         if self._fusion.method == "rrf":
@@ -450,6 +476,16 @@ class PostgresSearchConnector:
             for key, value in self._planner.items():
                 conn.execute(text("SELECT set_config(:k, :v, true)"), {"k": key, "v": value})
             return list(conn.execute(sql, bind))
+
+
+def _lexical_params(query: str) -> dict[str, str]:
+    parsed = parse_query(query)
+    return {
+        "qpositive": parsed.positive_text,
+        "qphrases": " ".join('"' + p.replace('"', " ") + '"' for p in parsed.phrases),
+        # Each negated word or phrase is an alternative: any of them excludes a document.
+        "qnegated": " or ".join('"' + n.replace('"', " ") + '"' for n in parsed.negated),
+    }
 
 
 def _f(value: Any) -> float | None:

@@ -40,12 +40,14 @@ class FusionSettings:
         return {"lexical_weight": self.lexical_weight, "pool_size": float(self.pool_size)}
 
 
-def build_filter_sql(clauses: tuple[FilterClause, ...]) -> tuple[str, dict[str, Any]]:
+def build_filter_sql(
+    clauses: tuple[FilterClause, ...], *, prefix: str = "f"
+) -> tuple[str, dict[str, Any]]:
     """SQL over ``documents d`` for the parsed filter clauses, with bound parameters."""
     parts: list[str] = ["TRUE"]
     params: dict[str, Any] = {}
     for i, c in enumerate(clauses):
-        p = f"f{i}"
+        p = f"{prefix}{i}"
         key = c.metadata_key
         if key is not None:
             params[f"{p}k"] = key
@@ -88,8 +90,9 @@ def build_filter_sql(clauses: tuple[FilterClause, ...]) -> tuple[str, dict[str, 
 def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = "") -> TextClause:
     """One statement returning every fused candidate with its components and hit fields.
 
-    Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qtext`` (segmented
-    query text), ``ts_config``, ``qvec`` (vector literal), ``pool`` and ``chunk_pool``.
+    Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qpositive``,
+    ``qphrases`` (websearch syntax of quoted phrases), ``qnegated`` (see ``text.query``),
+    ``ts_config``, ``qvec`` (vector literal), ``pool``, ``chunk_pool``, ``exact_threshold``.
     """
     if fusion.method == "rrf":
         fused = (
@@ -114,12 +117,21 @@ def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = 
     sql = (
         prefix
         + f"""
-WITH q AS (
-    SELECT CAST(replace(replace(CAST(plainto_tsquery(CAST(:ts_config AS regconfig), :qtext)
-                AS text), ' & ', ' | '), ' <-> ', ' | ') AS tsquery) AS tsq,
+WITH q0 AS (
+    SELECT CAST(replace(replace(CAST(plainto_tsquery(CAST(:ts_config AS regconfig), :qpositive)
+                AS text), ' & ', ' | '), ' <-> ', ' | ') AS tsquery) AS anyq,
+           websearch_to_tsquery(CAST(:ts_config AS regconfig), :qphrases) AS phr,
+           websearch_to_tsquery(CAST(:ts_config AS regconfig), :qnegated) AS neg
+),
+q AS (
+    -- Any positive word may match; every phrase must; no negated word may. Without a
+    -- positive word the lexical arm is empty rather than "everything but the negation".
+    SELECT CASE WHEN numnode(q0.anyq) = 0 THEN CAST('' AS tsquery)
+                ELSE (q0.anyq && q0.phr) && !! q0.neg END AS tsq,
            ARRAY(SELECT DISTINCT u.lexeme
-                 FROM unnest(to_tsvector(CAST(:ts_config AS regconfig), :qtext)) AS u)
+                 FROM unnest(to_tsvector(CAST(:ts_config AS regconfig), :qpositive)) AS u)
                AS terms
+    FROM q0
 ),
 visible AS MATERIALIZED (
     SELECT count(*) AS n, COALESCE(avg(c.token_count), 1) AS avgdl
@@ -173,13 +185,35 @@ lexical AS (
     ORDER BY lexical_score DESC, doc_id
     LIMIT :pool
 ),
+eligible_probe AS MATERIALIZED (
+    -- Bounded count: at most :exact_threshold + 1 rows are touched, whatever the table size.
+    SELECT count(*) <= :exact_threshold AS small FROM (
+        SELECT 1 FROM chunks c
+        WHERE c.permission_scope = ANY(CAST(:scopes AS text[]))
+          AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
+        LIMIT :exact_threshold + 1
+    ) probe
+),
 nearest AS MATERIALIZED (
-    SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
-    FROM chunks c
-    WHERE c.permission_scope = ANY(CAST(:scopes AS text[]))
-      AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
-    ORDER BY c.embedding <=> CAST(:qvec AS vector)
-    LIMIT :chunk_pool
+    -- Few eligible chunks: exact distance over exactly those rows (the "+ 0" keeps the
+    -- planner off the HNSW index). Otherwise: HNSW with an iterative scan, so filters
+    -- applied during the scan cannot leave the pool short. One branch runs; the other is
+    -- cut by its one-time filter.
+    (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
+     FROM chunks c
+     WHERE (SELECT small FROM eligible_probe)
+       AND c.permission_scope = ANY(CAST(:scopes AS text[]))
+       AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
+     ORDER BY (c.embedding <=> CAST(:qvec AS vector)) + 0
+     LIMIT :chunk_pool)
+    UNION ALL
+    (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
+     FROM chunks c
+     WHERE NOT (SELECT small FROM eligible_probe)
+       AND c.permission_scope = ANY(CAST(:scopes AS text[]))
+       AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
+     ORDER BY c.embedding <=> CAST(:qvec AS vector)
+     LIMIT :chunk_pool)
 ),
 vector AS (
     SELECT doc_id, vector_similarity, vector_chunk,

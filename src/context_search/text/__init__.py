@@ -1,12 +1,15 @@
 """Text processing: byte-offset chunking and CJK-aware tokenisation."""
 
 from context_search.text.chunking import Chunk, chunk_text, validate_spans
+from context_search.text.query import LexicalQuery, parse_query
 from context_search.text.segment import is_cjk, segment_for_index, segment_for_query, tokenize
 
 __all__ = [
     "Chunk",
+    "LexicalQuery",
     "chunk_text",
     "is_cjk",
+    "parse_query",
     "segment_for_index",
     "segment_for_query",
     "tokenize",

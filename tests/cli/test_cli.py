@@ -1,0 +1,71 @@
+"""The CLI through typer's runner: conformance report, migrate, ingest/search/explain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from context_search.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.unit
+def test_conformance_memory_prints_table_and_summary() -> None:
+    result = runner.invoke(app, ["conformance", "--backend", "memory"])
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    passed = int(last.split()[0])
+    assert last == f"{passed} passed, 0 failed" and passed >= 20
+    assert "permission_prefilter" in result.output
+
+
+@pytest.mark.unit
+def test_conformance_unknown_case_is_a_usage_error() -> None:
+    result = runner.invoke(app, ["conformance", "--case", "nope"])
+    assert result.exit_code == 2
+
+
+@pytest.mark.integration
+def test_ingest_search_explain_roundtrip(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
+    data = tmp_path / "records.jsonl"
+    rows = [
+        {
+            "document_id": "a",
+            "title": "Aurora runbook",
+            "body": "The aurora service restarts.",
+            "permission_scope": "team",
+            "tags": ["ops"],
+            "updated_at": "2026-01-01T00:00:00+00:00",
+        },
+        {
+            "document_id": "b",
+            "title": "Secret",
+            "body": "Aurora secret zanzibar plan.",
+            "permission_scope": "restricted",
+        },
+    ]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    common = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
+    migrated = runner.invoke(app, ["migrate", "--dsn", pg_dsn, "--schema", pg_schema])
+    assert migrated.exit_code == 0 and "revision 0002" in migrated.output
+    ingested = runner.invoke(app, ["ingest", str(data), *common])
+    assert ingested.exit_code == 0, ingested.output
+    assert "2 inserted" in ingested.output
+    again = runner.invoke(app, ["ingest", str(data), *common])
+    assert "2 unchanged" in again.output
+    found = runner.invoke(app, ["search", "aurora", "-s", "team", "--json", *common])
+    assert found.exit_code == 0, found.output
+    payload = json.loads(found.output)
+    assert [h["doc_id"] for h in payload["hits"]] == ["a"]
+    hidden = runner.invoke(app, ["explain", "b", "aurora", "-s", "team", *common])
+    missing = runner.invoke(app, ["explain", "zz", "aurora", "-s", "team", *common])
+    assert hidden.exit_code == missing.exit_code == 2
+    assert "NOT_FOUND" in hidden.output
+    shown = runner.invoke(app, ["explain", "a", "aurora", "-s", "team", *common])
+    assert shown.exit_code == 0 and "rank=1" in shown.output
+    bad = runner.invoke(app, ["search", "   ", "-s", "team", *common])
+    assert bad.exit_code == 2 and "INVALID_QUERY" in bad.output
