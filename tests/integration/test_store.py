@@ -33,7 +33,7 @@ def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
     try:
         assert current_revision(engine, schema=pg_schema) is None
         migrate(engine, schema=pg_schema)
-        assert current_revision(engine, schema=pg_schema) == "0002"
+        assert current_revision(engine, schema=pg_schema) == "0003"
         assert {"documents", "chunks", "gaps", "index_configs", "index_jobs"} <= _tables(
             pg_dsn, pg_schema
         )
@@ -51,11 +51,11 @@ def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
         assert "hnsw" in indexes["ix_chunks_embedding_hnsw"]
         assert "vector_cosine_ops" in indexes["ix_chunks_embedding_hnsw"]
         assert "gin" in indexes["ix_chunks_tsv_gin"]
-        assert {r[0] for r in rls} == {"documents", "chunks"}
+        assert {r[0] for r in rls} == {"documents", "chunks", "postings", "scope_stats"}
         downgrade(engine, schema=pg_schema)
         assert _tables(pg_dsn, pg_schema) == {"alembic_version"}
         migrate(engine, schema=pg_schema)
-        assert current_revision(engine, schema=pg_schema) == "0002"
+        assert current_revision(engine, schema=pg_schema) == "0003"
     finally:
         engine.dispose()
 

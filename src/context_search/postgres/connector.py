@@ -44,6 +44,8 @@ from context_search.errors import (
 )
 from context_search.postgres.engine import create_store_engine, migrate, translate_errors
 from context_search.postgres.ingest import (
+    LIFECYCLE_POSTINGS,
+    STATS_DELTA,
     IndexSettings,
     ProgressCallback,
     prepare,
@@ -93,9 +95,11 @@ class PostgresSearchConnector:
         owns_engine: bool,
         planner_settings: Mapping[str, str] | None = None,
         exact_threshold: int = 2000,
+        per_term: int = 1000,
     ) -> None:
         self._planner = dict(planner_settings or {})
         self._exact_threshold = exact_threshold
+        self._per_term = per_term
         self._engine = engine
         self._schema = schema
         self._embedder = embedder
@@ -121,12 +125,15 @@ class PostgresSearchConnector:
         text_search_config: str = "english",
         planner_settings: Mapping[str, str] | None = None,
         exact_threshold: int = 2000,
+        lexical_per_term: int = 1000,
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
 
         When at most ``exact_threshold`` chunks pass the scope, lifecycle and filters, the
         vector arm computes exact distances over just those rows instead of walking HNSW.
+        The lexical arm reads at most ``lexical_per_term`` postings per query term (in impact
+        order), which bounds its cost however common a term is.
         ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.
         ``{"hnsw.ef_search": "200"}`` or ``{"enable_seqscan": "off"}`` to force the HNSW
         index on a table small enough that the planner would otherwise scan it exactly.
@@ -163,6 +170,7 @@ class PostgresSearchConnector:
             owns_engine=True,
             planner_settings=planner,
             exact_threshold=exact_threshold,
+            per_term=lexical_per_term,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -268,10 +276,13 @@ class PostgresSearchConnector:
                 ),
                 {"state": new_state, "succ": superseded_by, "id": doc_id},
             )
+            conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
             conn.execute(
                 text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
                 {"state": new_state, "id": doc_id},
             )
+            conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
+            conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
             conn.execute(
                 text(
                     "INSERT INTO index_jobs (kind, doc_id, config_revision) "
@@ -459,6 +470,7 @@ class PostgresSearchConnector:
             "qvec": _vector_literal(qvec),
             "pool": pool,
             "exact_threshold": self._exact_threshold,
+            "per_term": self._per_term,
             "chunk_pool": chunk_pool,
         }
         if self._fusion.method == "rrf":

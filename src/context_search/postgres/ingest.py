@@ -214,6 +214,37 @@ _INSERT_CHUNKS = text(
     bindparam("ts_config", type_=Text),
 )
 
+STATS_DELTA = text(
+    """
+    INSERT INTO scope_stats (permission_scope, lifecycle, chunks, tokens)
+    SELECT permission_scope, lifecycle, :sign * count(*), :sign * COALESCE(sum(token_count), 0)
+    FROM chunks WHERE doc_id = ANY(:ids)
+    GROUP BY permission_scope, lifecycle
+    ORDER BY permission_scope, lifecycle
+    ON CONFLICT (permission_scope, lifecycle) DO UPDATE
+    SET chunks = scope_stats.chunks + EXCLUDED.chunks,
+        tokens = scope_stats.tokens + EXCLUDED.tokens
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("sign", type_=Integer))
+
+_INSERT_POSTINGS = text(
+    """
+    INSERT INTO postings (chunk_id, lexeme, doc_id, tf, impact, permission_scope, lifecycle)
+    SELECT c.chunk_id, u.lexeme, c.doc_id, t.tf,
+           -- BM25's term-frequency part against a 200-token reference length (k1=1.2,
+           -- b=0.75): it only orders postings; scores are computed exactly at query time.
+           t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * c.token_count / 200.0)),
+           c.permission_scope, c.lifecycle
+    FROM chunks c, unnest(c.tsv) AS u,
+         LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
+    WHERE c.doc_id = ANY(:ids)
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+LIFECYCLE_POSTINGS = text(
+    "UPDATE postings SET lifecycle = :state WHERE doc_id = ANY(:ids) AND lifecycle <> 'deleted'"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
 _SUPERSEDE_DOCS = text(
     """
     UPDATE documents AS d
@@ -288,6 +319,7 @@ def write_batch(
         },
     )
     changed_ids = [p.record.document_id for p in changed]
+    conn.execute(STATS_DELTA, {"ids": changed_ids, "sign": -1})
     conn.execute(
         text("DELETE FROM chunks WHERE doc_id = ANY(:ids)").bindparams(
             bindparam("ids", type_=ARRAY(Text))
@@ -327,11 +359,16 @@ def write_batch(
         _INSERT_CHUNKS,
         {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
     )
+    conn.execute(_INSERT_POSTINGS, {"ids": changed_ids})
+    conn.execute(STATS_DELTA, {"ids": changed_ids, "sign": 1})
     pairs = [(old, p.record.document_id) for p in changed for old in p.record.supersedes]
     if pairs:
         old_ids = [a for a, _ in pairs]
+        conn.execute(STATS_DELTA, {"ids": old_ids, "sign": -1})
         conn.execute(_SUPERSEDE_DOCS, {"old_ids": old_ids, "successors": [b for _, b in pairs]})
         conn.execute(_SUPERSEDE_CHUNKS, {"old_ids": old_ids})
+        conn.execute(LIFECYCLE_POSTINGS, {"ids": old_ids, "state": "superseded"})
+        conn.execute(STATS_DELTA, {"ids": old_ids, "sign": 1})
     return outcomes, len(texts), len(texts)
 
 

@@ -1,10 +1,11 @@
 """The hybrid search statement: BM25 lexical arm + HNSW vector arm, fused in one round trip.
 
-BM25 inside PostgreSQL: term frequencies come from the stored ``tsvector`` positions,
-document frequency and average length from the chunks the caller may see (scope and not
-deleted), so scores never depend on invisible rows. The lexical arm reads only chunks the
-GIN index matches; the vector arm orders by cosine distance with pgvector's iterative
-HNSW scan so that filters cannot silently shrink the candidate pool. Both arms group chunks
+BM25 inside PostgreSQL: candidates are the highest-impact postings of each query term, then
+checked against the full tsquery (phrases, negation) on the chunk's ``tsvector``; document
+frequency and average length come from the chunks the caller may see (scope and not
+deleted), so scores never depend on invisible rows. The vector arm orders by cosine
+distance with pgvector's iterative HNSW scan, so filters cannot silently shrink the
+candidate pool, or computes exact distances when few rows pass. Both arms group chunks
 to documents (best chunk wins) before ranks are assigned, then RRF or convex fusion runs
 server-side. Filters become bound parameters; no value is ever formatted into SQL.
 """
@@ -92,7 +93,8 @@ def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = 
 
     Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qpositive``,
     ``qphrases`` (websearch syntax of quoted phrases), ``qnegated`` (see ``text.query``),
-    ``ts_config``, ``qvec`` (vector literal), ``pool``, ``chunk_pool``, ``exact_threshold``.
+    ``ts_config``, ``qvec`` (vector literal), ``pool``, ``chunk_pool``,
+    ``exact_threshold``, ``per_term``.
     """
     if fusion.method == "rrf":
         fused = (
@@ -134,14 +136,37 @@ q AS (
     FROM q0
 ),
 visible AS MATERIALIZED (
-    SELECT count(*) AS n, COALESCE(avg(c.token_count), 1) AS avgdl
-    FROM chunks c
-    WHERE c.permission_scope = ANY(CAST(:scopes AS text[])) AND c.lifecycle <> 'deleted'
+    -- Collection statistics of exactly the caller's visible chunks, from per-scope counters.
+    SELECT COALESCE(sum(s.chunks), 0) AS n,
+           COALESCE(CAST(sum(s.tokens) AS double precision) / NULLIF(sum(s.chunks), 0), 1)
+               AS avgdl
+    FROM scope_stats s
+    WHERE s.permission_scope = ANY(CAST(:scopes AS text[])) AND s.lifecycle <> 'deleted'
+),
+df AS MATERIALIZED (
+    SELECT t.lexeme,
+           (SELECT count(*) FROM postings p
+            WHERE p.lexeme = t.lexeme AND p.permission_scope = ANY(CAST(:scopes AS text[]))
+              AND p.lifecycle <> 'deleted') AS df
+    FROM q, unnest(q.terms) AS t(lexeme)
+),
+candidates AS MATERIALIZED (
+    -- The strongest postings of each term (impact order): the work per query is bounded by
+    -- terms x :per_term, not by how many chunks contain a common word.
+    SELECT DISTINCT top.chunk_id
+    FROM q, unnest(q.terms) AS t(lexeme)
+    CROSS JOIN LATERAL (
+        SELECT p.chunk_id FROM postings p
+        WHERE p.lexeme = t.lexeme AND p.permission_scope = ANY(CAST(:scopes AS text[]))
+          AND p.lifecycle <> 'deleted'
+        ORDER BY p.impact DESC
+        LIMIT :per_term
+    ) AS top
 ),
 matched AS MATERIALIZED (
-    SELECT c.chunk_id, c.doc_id, c.ordinal, c.tsv, c.token_count,
+    SELECT c.chunk_id, c.doc_id, c.ordinal, c.token_count,
            (c.lifecycle = ANY(CAST(:lifecycles AS text[]))) AS lifecycle_ok
-    FROM chunks c, q
+    FROM candidates k JOIN chunks c ON c.chunk_id = k.chunk_id, q
     WHERE c.tsv @@ q.tsq
       AND c.permission_scope = ANY(CAST(:scopes AS text[])) AND c.lifecycle <> 'deleted'
 ),
@@ -151,25 +176,18 @@ matched_docs AS (
     FROM matched m JOIN documents d ON d.doc_id = m.doc_id
     GROUP BY m.doc_id
 ),
-df AS (
-    SELECT u.lexeme, count(*) AS df
-    FROM matched m, unnest(m.tsv) AS u, q
-    WHERE u.lexeme = ANY(q.terms)
-    GROUP BY u.lexeme
-),
 chunk_bm25 AS (
     SELECT m.doc_id, m.ordinal,
            sum(ln(1 + (vs.n - df.df + 0.5) / (df.df + 0.5))
-               * (cardinality(u.positions) * ({BM25_K1} + 1))
-               / (cardinality(u.positions)
-                  + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.token_count / vs.avgdl)))
+               * (p.tf * ({BM25_K1} + 1))
+               / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.token_count / vs.avgdl)))
                AS score,
-           array_agg(u.lexeme ORDER BY u.lexeme) AS terms
+           array_agg(p.lexeme ORDER BY p.lexeme) AS terms
     FROM matched m
     JOIN matched_docs md ON md.doc_id = m.doc_id AND md.eligible
     CROSS JOIN visible vs
-    CROSS JOIN LATERAL unnest(m.tsv) AS u
-    JOIN df ON df.lexeme = u.lexeme
+    JOIN postings p ON p.chunk_id = m.chunk_id
+    JOIN df ON df.lexeme = p.lexeme
     WHERE m.lifecycle_ok
     GROUP BY m.doc_id, m.ordinal
 ),
