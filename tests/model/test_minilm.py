@@ -2,28 +2,88 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import numpy as np
 import pytest
 
-from context_search import SentenceTransformerEmbedder
+from context_search import RetrieverUnconfiguredError, SentenceTransformerEmbedder
+from context_search.embedding import default_embedder
 
 pytestmark = pytest.mark.model
 
 
-def test_minilm_produces_384_dim_unit_vectors_with_semantics() -> None:
-    e = SentenceTransformerEmbedder()
-    assert e.dimension == 384
-    m = e.embed_documents(
-        [
-            "The aurora service restarts every night.",
-            "Quarterly payroll numbers for the finance team.",
-        ]
-    )
-    assert m.shape == (2, 384) and m.dtype == np.float32
+@pytest.fixture(scope="module")
+def minilm() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder()
+
+
+def test_minilm_produces_384_dim_float32_unit_vectors(minilm: SentenceTransformerEmbedder) -> None:
+    assert minilm.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    m = minilm.embed_documents(["The aurora service restarts every night.", "", "极光服务"])
+    assert m.shape == (3, 384)
+    assert m.dtype == np.float32
     assert np.allclose(np.linalg.norm(m, axis=1), 1.0, atol=1e-5)
-    q = e.embed_query("When does the service reboot?")
-    assert float(q @ m[0]) > float(q @ m[1]) + 0.1
-    first = e._load()
-    e.embed_query("again")
-    assert e._load() is first
-    assert e.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    q = minilm.embed_query("When does the service reboot?")
+    assert q.shape == (384,)
+    assert q.dtype == np.float32
+    assert minilm.dimension == 384
+
+
+def test_query_is_closer_to_a_relevant_sentence(minilm: SentenceTransformerEmbedder) -> None:
+    relevant, unrelated = minilm.embed_documents(
+        ["The aurora service restarts every night.", "Quarterly payroll numbers for finance."]
+    )
+    q = minilm.embed_query("When does the service reboot?")
+    assert float(q @ relevant) > float(q @ unrelated) + 0.1
+
+
+def test_query_and_document_embeddings_agree(minilm: SentenceTransformerEmbedder) -> None:
+    text = "Basalt stores object chunks on three replicas."
+    assert np.allclose(minilm.embed_query(text), minilm.embed_documents([text])[0], atol=1e-5)
+
+
+def test_model_loads_exactly_once_even_under_concurrency(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sentence_transformers
+
+    real = sentence_transformers.SentenceTransformer
+    calls: list[str] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(str(args[0]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", counting)
+    e = SentenceTransformerEmbedder()
+    barrier = threading.Barrier(4)
+    results: list[np.ndarray[Any, Any]] = []
+
+    def work() -> None:
+        barrier.wait()
+        results.append(e.embed_query("aurora restarts"))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert len(results) == 4
+    first = e.load()
+    e.embed_documents(["again"])
+    assert e.load() is first
+    assert len(calls) == 1
+
+
+def test_default_embedder_is_shared() -> None:
+    assert default_embedder() is default_embedder()
+    assert default_embedder().model_id == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_unloadable_model_path_is_unconfigured(tmp_path: Any) -> None:
+    e = SentenceTransformerEmbedder(tmp_path / "missing-model")
+    with pytest.raises(RetrieverUnconfiguredError, match="missing-model"):
+        e.embed_query("x")

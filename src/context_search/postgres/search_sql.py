@@ -164,16 +164,21 @@ candidates AS MATERIALIZED (
     ) AS top
 ),
 matched AS MATERIALIZED (
+    -- Filters are per document, so each chunk carries its document's verdict: no later
+    -- join between chunk and document sets (whose sizes the planner cannot estimate).
     SELECT c.chunk_id, c.doc_id, c.ordinal, c.token_count,
-           (c.lifecycle = ANY(CAST(:lifecycles AS text[]))) AS lifecycle_ok
-    FROM candidates k JOIN chunks c ON c.chunk_id = k.chunk_id, q
+           (c.lifecycle = ANY(CAST(:lifecycles AS text[]))) AS lifecycle_ok,
+           ({filter_sql}) AS filter_ok
+    FROM candidates k
+    JOIN chunks c ON c.chunk_id = k.chunk_id
+    JOIN documents d ON d.doc_id = c.doc_id, q
     WHERE c.tsv @@ q.tsq
       AND c.permission_scope = ANY(CAST(:scopes AS text[])) AND c.lifecycle <> 'deleted'
 ),
-matched_docs AS (
+matched_docs AS MATERIALIZED (
     SELECT m.doc_id, bool_or(m.lifecycle_ok) AS lifecycle_ok,
-           bool_or(m.lifecycle_ok) AND bool_and({filter_sql}) AS eligible
-    FROM matched m JOIN documents d ON d.doc_id = m.doc_id
+           bool_or(m.lifecycle_ok) AND bool_and(m.filter_ok) AS eligible
+    FROM matched m
     GROUP BY m.doc_id
 ),
 chunk_bm25 AS (
@@ -184,11 +189,10 @@ chunk_bm25 AS (
                AS score,
            array_agg(p.lexeme ORDER BY p.lexeme) AS terms
     FROM matched m
-    JOIN matched_docs md ON md.doc_id = m.doc_id AND md.eligible
     CROSS JOIN visible vs
-    JOIN postings p ON p.chunk_id = m.chunk_id
-    JOIN df ON df.lexeme = p.lexeme
-    WHERE m.lifecycle_ok
+    CROSS JOIN df
+    JOIN postings p ON p.chunk_id = m.chunk_id AND p.lexeme = df.lexeme
+    WHERE m.lifecycle_ok AND m.filter_ok
     GROUP BY m.doc_id, m.ordinal
 ),
 lexical AS (

@@ -2,135 +2,280 @@
 
 A chunk's ``text`` is always ``body.encode("utf-8")[start_byte:end_byte].decode("utf-8")``:
 offsets are what evidence cites, so they must address the stored bytes, never characters
-or a normalised copy. Boundaries fall on paragraph, sentence (Latin and CJK punctuation)
-or whitespace ends near the size limit, and never inside a code point.
+or a normalised copy.
+
+Break points are ranked so a chunk ends where a reader would pause: a paragraph break beats
+a sentence end (Latin ``.!?`` followed by whitespace, or CJK ``。！？``), which beats a line
+break, which beats whitespace or CJK clause punctuation, which beats an arbitrary code point.
+A base character is kept with the combining marks, variation selectors and zero-width
+joiners that follow it unless nothing else fits. The work is vectorised with numpy because
+bodies may be megabytes long.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
 
 from context_search.errors import InvalidRecordError
 
-__all__ = ["Chunk", "chunk_text", "validate_spans"]
+__all__ = ["MIN_CHUNK_BYTES", "Chunk", "chunk_text", "validate_spans"]
+
+# Enough room for several of the longest (4-byte) code points, so a chunk always progresses.
+MIN_CHUNK_BYTES = 16
+
+_GLUE, _CHAR, _WORD, _LINE, _SENTENCE, _PARAGRAPH = range(6)
+
+_PARAGRAPH_END = re.compile(r"\n[^\S\n]*\n\s*")
+_SENTENCE_END = re.compile(r"[.!?…‼⁇⁈⁉][\"'”’)\]»」』]*\s+|[。！？｡][\"'”’)\]»」』）〕】]*\s*")
+_LINE_END = re.compile(r"\n\s*")
+_NON_SPACE = re.compile(r"\S")
+
+# Exactly the code points for which ``str.isspace()`` is true (a unit test keeps it so).
+_SPACE_CODE_POINTS = np.array(
+    [
+        *range(0x09, 0x0E),
+        *range(0x1C, 0x21),
+        0x85,
+        0xA0,
+        0x1680,
+        *range(0x2000, 0x200B),
+        0x2028,
+        0x2029,
+        0x202F,
+        0x205F,
+        0x3000,
+    ],
+    dtype=np.uint32,
+)
+_CLAUSE_CODE_POINTS = np.array([ord(c) for c in "，、；：､"], dtype=np.uint32)
+_ZWJ = 0x200D
+
+Side = Literal["left", "right"]
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
+    """One indexed piece of a body; ``ordinal`` counts from 0 in body order."""
+
     ordinal: int
     start_byte: int
     end_byte: int
     text: str
 
 
-# Candidate break points, strongest first: the break is placed *after* the match.
-_BREAKS = (
-    re.compile(r"\n\s*\n"),
-    re.compile(r"[.!?;:][\"')\]]*\s|[。！？；]"),
-    re.compile(r"[,，、]\s?|\s"),
-)
+def _check_sizes(max_bytes: int, overlap_bytes: int) -> None:
+    if max_bytes < MIN_CHUNK_BYTES:
+        raise ValueError(f"max_bytes must be at least {MIN_CHUNK_BYTES}, got {max_bytes}")
+    if not 0 <= overlap_bytes < max_bytes:
+        raise ValueError(
+            f"overlap_bytes must be >= 0 and less than max_bytes ({max_bytes}), got {overlap_bytes}"
+        )
 
 
-def _char_offsets(body: str) -> list[int]:
-    """Byte offset of each character index (plus the end), so we can map cheaply."""
-    offsets = [0] * (len(body) + 1)
-    total = 0
-    for i, ch in enumerate(body):
-        offsets[i] = total
-        o = ord(ch)
-        total += 1 if o < 0x80 else 2 if o < 0x800 else 3 if o < 0x10000 else 4
-    offsets[len(body)] = total
-    return offsets
+def _is_glue(cp: int) -> bool:
+    """Code points that extend the preceding character and should not start a chunk."""
+    return (
+        unicodedata.category(chr(cp)) in ("Mn", "Mc", "Me")
+        or cp == _ZWJ
+        or 0xFE00 <= cp <= 0xFE0F  # variation selectors
+        or 0xE0100 <= cp <= 0xE01EF  # variation selectors supplement
+        or 0x1F3FB <= cp <= 0x1F3FF  # emoji skin-tone modifiers
+        or 0xE0020 <= cp <= 0xE007F  # emoji tag sequences
+    )
+
+
+def _strengths(body: str, cps: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint8]:
+    """How good a break is before each character index (index ``len(body)`` is the end)."""
+    n = len(cps)
+    strength = np.full(n + 1, _CHAR, dtype=np.uint8)
+    space = np.isin(cps, _SPACE_CODE_POINTS)
+    word_start = np.zeros(n + 1, dtype=bool)
+    word_start[1:n] = space[:-1] & ~space[1:]
+    word_start[1:] |= np.isin(cps, _CLAUSE_CODE_POINTS)
+    strength[word_start] = _WORD
+    for level, pattern in (
+        (_LINE, _LINE_END),
+        (_SENTENCE, _SENTENCE_END),
+        (_PARAGRAPH, _PARAGRAPH_END),
+    ):
+        ends = [m.end() for m in pattern.finditer(body)]
+        if ends:
+            idx = np.array(ends, dtype=np.int64)
+            strength[idx] = np.maximum(strength[idx], level)
+    rare = np.unique(cps[cps >= 0x300])
+    glue_points = np.array([cp for cp in rare.tolist() if _is_glue(cp)], dtype=np.uint32)
+    glue = np.zeros(n + 1, dtype=bool)
+    if glue_points.size:
+        glue[:n] = np.isin(cps, glue_points)
+    glue[1:n] |= cps[:-1] == _ZWJ
+    glue[1:n] |= (cps[:-1] == 0x0D) & (cps[1:] == 0x0A)
+    strength[glue] = _GLUE
+    strength[0] = _GLUE
+    return strength
+
+
+def _index(offs: npt.NDArray[Any], lo: int, byte: int, side: Side) -> int:
+    """``searchsorted`` over only the characters that can hold ``byte``, from char ``lo``.
+
+    Searching the whole array would cost O(n) per call (numpy casts it to the scalar's
+    type), making chunking quadratic; a character is at least one byte, so the answer lies
+    within ``byte - offs[lo] + 1`` characters of ``lo``.
+    """
+    hi = min(len(offs), lo + max(byte - int(offs[lo]), 0) + 2)
+    return lo + int(np.searchsorted(offs[lo:hi], byte, side=side))
+
+
+def _pick_end(strength: npt.NDArray[np.uint8], low: int, soft: int, high: int) -> int:
+    """The strongest break in ``[soft, high]`` (latest wins ties), else any in ``[low, high]``.
+
+    ``soft`` keeps chunks at least about half full, so a paragraph break a few bytes into a
+    chunk does not produce a sliver.
+    """
+    soft = min(max(soft, low), high)
+    window = strength[soft : high + 1]
+    best = int(window.max())
+    if best > _GLUE:
+        return soft + int(np.flatnonzero(window == best)[-1])
+    usable = np.flatnonzero(strength[low : high + 1] > _GLUE)
+    return low + int(usable[-1]) if usable.size else high
+
+
+def _pick_start(
+    strength: npt.NDArray[np.uint8],
+    space: npt.NDArray[np.bool_],
+    low: int,
+    prefer: int,
+    stop: int,
+) -> int | None:
+    """Where the next chunk starts inside the overlap ``[low, stop)``, or ``None``.
+
+    Near ``low`` (within ``prefer``) the strongest boundary wins, so overlaps begin at a
+    sentence when one is close; otherwise the earliest word start, then any code point that
+    does not extend its predecessor.
+    """
+    if low >= stop:
+        return None
+    cand = np.where(space[low:stop], _GLUE, strength[low:stop])
+    head = cand[: max(prefer - low, 1)]
+    if int(head.max()) >= _WORD:
+        return low + int(np.argmax(head))
+    for level in (_WORD, _CHAR):
+        hits = np.flatnonzero(cand >= level)
+        if hits.size:
+            return low + int(hits[0])
+    return None
 
 
 def chunk_text(body: str, *, max_bytes: int = 1200, overlap_bytes: int = 200) -> list[Chunk]:
     """Split ``body`` into overlapping chunks of at most ``max_bytes`` UTF-8 bytes.
 
-    Deterministic: the same body and parameters always give the same chunks, which is what
-    makes re-ingestion idempotent. Leading/trailing whitespace of each chunk is trimmed
-    (offsets follow), and whitespace-only input gives no chunks.
+    Deterministic, so re-ingesting the same body yields the same chunks and ids. Chunks
+    never start or end with whitespace, so a whitespace-only body has no chunks, and every
+    non-whitespace character lies in at least one chunk. Consecutive chunks overlap by at
+    most ``overlap_bytes`` (less when that lands the start on a word or sentence boundary);
+    an overlap close to ``max_bytes`` therefore means many small steps.
+
+    Raises ``ValueError`` for ``max_bytes < 16``, an overlap outside ``[0, max_bytes)`` or a
+    body that is not valid Unicode (lone surrogates cannot be encoded as UTF-8).
     """
-    if max_bytes < 16:
-        raise ValueError("max_bytes must be at least 16")
-    if not 0 <= overlap_bytes <= max_bytes // 2:
-        raise ValueError("overlap_bytes must be between 0 and max_bytes / 2")
-    if not body or body.isspace():
+    _check_sizes(max_bytes, overlap_bytes)
+    first_m = _NON_SPACE.search(body)
+    if first_m is None:
         return []
-    offs = _char_offsets(body)
-    n = len(body)
+    cps = np.frombuffer(body.encode("utf-32-le"), dtype="<u4")
+    sizes = np.ones(len(cps), dtype=np.uint8)
+    for threshold in (0x80, 0x800, 0x10000):
+        sizes += cps >= threshold
+    # int32 offsets halve the memory of multi-megabyte bodies; 4 bytes per code point bound.
+    offs = np.zeros(len(cps) + 1, dtype=np.int32 if len(cps) < 2**29 else np.int64)
+    np.cumsum(sizes, dtype=offs.dtype, out=offs[1:])
+    strength = _strengths(body, cps)
+    space = np.isin(cps, _SPACE_CODE_POINTS)
+    del cps, sizes
+    last = len(body.rstrip())
+
     chunks: list[Chunk] = []
-    start = 0
-    while start < n:
-        while start < n and body[start].isspace():
-            start += 1
-        if start >= n:
-            break
-        # Furthest character index whose end stays within max_bytes.
-        lo, hi = start, n
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if offs[mid] - offs[start] <= max_bytes:
-                lo = mid
-            else:
-                hi = mid - 1
-        limit = max(lo, start + 1)
-        end = limit
-        if limit < n:
-            window = body[start:limit]
-            floor = len(window) // 2  # do not break in the first half of the window
-            for pattern in _BREAKS:
-                best = -1
-                for m in pattern.finditer(window):
-                    if m.end() > floor:
-                        best = m.end()
-                if best > 0:
-                    end = start + best
-                    break
-        stop = end
-        while stop > start and body[stop - 1].isspace():
-            stop -= 1
-        if stop > start:
-            chunks.append(
-                Chunk(
-                    ordinal=len(chunks),
-                    start_byte=offs[start],
-                    end_byte=offs[stop],
-                    text=body[start:stop],
-                )
+    start = first = first_m.start()
+    while True:
+        base = int(offs[start])
+        hard = _index(offs, start, base + max_bytes, "right") - 1
+        if hard >= last:
+            stop = end = last
+        else:
+            soft = _index(offs, start, base + max_bytes // 2, "left")
+            end = _pick_end(strength, first + 1, soft, hard)
+            stop = end
+            while body[stop - 1].isspace():
+                stop -= 1
+        chunks.append(
+            Chunk(
+                ordinal=len(chunks),
+                start_byte=base,
+                end_byte=int(offs[stop]),
+                text=body[start:stop],
             )
-        if end >= n:
-            break
-        # Step back by about overlap_bytes, to a whitespace boundary if one is near.
-        nxt = end
-        while nxt > start + 1 and offs[end] - offs[nxt - 1] <= overlap_bytes:
-            nxt -= 1
-        if overlap_bytes and nxt < end:
-            space = body.find(" ", nxt, end)
-            if space != -1:
-                nxt = space + 1
-        start = max(nxt, start + 1) if nxt < end else end
-    return chunks
+        )
+        if end >= last:
+            return chunks
+        next_m = _NON_SPACE.search(body, stop)
+        assert next_m is not None  # stop < last, so non-space text remains
+        first = next_m.start()
+        nxt: int | None = None
+        if overlap_bytes:
+            low_byte = max(int(offs[stop]) - overlap_bytes, base + 1)
+            low = _index(offs, start, low_byte, "left")
+            prefer = _index(offs, start, low_byte + overlap_bytes // 2, "right")
+            nxt = _pick_start(strength, space, low, prefer, stop)
+        # The next chunk must reach past this one's end, or it would add nothing.
+        if nxt is None or int(offs[first + 1]) - int(offs[nxt]) > max_bytes:
+            nxt = first
+        start = nxt
 
 
-def validate_spans(body: str, spans: Sequence[tuple[int, int]], *, index: int = 0) -> list[Chunk]:
-    """Turn caller-supplied byte spans into chunks, rejecting any that split a code point."""
+def validate_spans(
+    body: str, spans: Sequence[tuple[int, int]], *, index: int | None = None
+) -> list[Chunk]:
+    """Turn caller-chosen byte spans into chunks, or say exactly which span is unusable.
+
+    Spans must satisfy ``0 <= start < end <= len(body.encode())`` and fall on code point
+    boundaries, because a span that splits a character cannot be cited as text. They may
+    overlap and need not cover the body. ``index`` (the record's position in the batch)
+    prefixes the message and is copied into ``details`` with the span's position.
+    """
     raw = body.encode("utf-8")
+    size = len(raw)
+    prefix = "" if index is None else f"record #{index}: "
     chunks: list[Chunk] = []
-    for i, (start, end) in enumerate(spans):
-        if not 0 <= start < end <= len(raw):
-            raise InvalidRecordError(
-                f"record #{index}: chunk span {i} ({start}, {end}) is "
-                f"outside the body's {len(raw)} bytes",
-                details={"index": index, "field": "chunks", "span": i},
+    for k, span in enumerate(spans):
+
+        def bad(problem: str, k: int = k, span: object = span) -> InvalidRecordError:
+            return InvalidRecordError(
+                f"{prefix}chunk span #{k} {span!r} {problem}",
+                details={"index": index, "field": "chunks", "span": k},
             )
-        try:
-            text = raw[start:end].decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidRecordError(
-                f"record #{index}: chunk span {i} ({start}, {end}) splits a UTF-8 code point",
-                details={"index": index, "field": "chunks", "span": i},
-            ) from None
-        chunks.append(Chunk(ordinal=i, start_byte=start, end_byte=end, text=text))
+
+        if (
+            not isinstance(span, tuple)
+            or len(span) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+        ):
+            raise bad("is not a (start, end) pair of integers")
+        start, end = span
+        if start < 0 or end > size:
+            raise bad(f"lies outside the body's {size} UTF-8 bytes")
+        if start >= end:
+            raise bad("is empty or reversed: start must be less than end")
+        for name, pos in (("start", start), ("end", end)):
+            if pos < size and raw[pos] & 0xC0 == 0x80:
+                raise bad(f"{name} {pos} splits a UTF-8 code point")
+        chunks.append(
+            Chunk(ordinal=k, start_byte=start, end_byte=end, text=raw[start:end].decode("utf-8"))
+        )
     return chunks

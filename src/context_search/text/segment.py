@@ -1,10 +1,19 @@
-"""Tokenisation that understands scripts without spaces (Chinese, Japanese, Korean).
+"""Tokenisation that understands scripts written without spaces (Chinese, Japanese, Korean).
 
 PostgreSQL's parsers treat a run of ideographs as one "word", so a Chinese query term never
-matches inside a Chinese sentence. We rewrite CJK runs into overlapping character bigrams
-(the standard CJK approach of Lucene's CJKAnalyzer) for the *indexed* text only; stored
-bodies and offsets are untouched. Indexed text also carries unigrams, so a one-character
-query still finds documents; queries use bigrams (unigram for a lone character).
+matches inside a Chinese sentence. CJK runs are therefore rewritten into overlapping
+character bigrams, the approach of Lucene's CJK analyzer, in the *indexed* text only: stored
+bodies and byte offsets are untouched.
+
+Index text keeps the bigrams in place, so ``phraseto_tsquery`` adjacency still holds across
+a run and the words around it, and appends the run's single characters after the text, so
+a one-character query still finds the document without breaking phrase positions. Query
+text uses bigrams only (a lone character stays itself), which makes every query gram of a
+CJK substring of a document one of that document's index grams.
+
+Runs are NFKC-normalised (half-width katakana, compatibility ideographs and jamo match their
+standard forms) and CJK punctuation becomes a space, because a parser would otherwise keep
+``。`` as a token. Everything else passes through unchanged.
 """
 
 from __future__ import annotations
@@ -14,51 +23,110 @@ import unicodedata
 
 __all__ = ["is_cjk", "segment_for_index", "segment_for_query", "tokenize"]
 
-_CJK_RANGES = (
-    "\u3040-\u30ff"  # hiragana, katakana
+_CJK_LETTERS = (
+    "\u1100-\u11ff"  # hangul jamo
+    "\u3005-\u3007"  # 々 〆 〇
+    "\u3021-\u3029"  # hangzhou numerals
+    "\u3031-\u3035"  # kana repeat marks
+    "\u303b\u303c"  # 〻 〼
+    "\u3040-\u309f"  # hiragana
+    "\u30a0-\u30ff"  # katakana
+    "\u3130-\u318f"  # hangul compatibility jamo
+    "\u31f0-\u31ff"  # katakana phonetic extensions
     "\u3400-\u4dbf"  # CJK extension A
     "\u4e00-\u9fff"  # CJK unified ideographs
+    "\ua960-\ua97f"  # hangul jamo extended A
     "\uac00-\ud7af"  # hangul syllables
-    "\uf900-\ufaff"  # compatibility ideographs
-    "\U00020000-\U0002ebef"  # extensions B-F
+    "\ud7b0-\ud7ff"  # hangul jamo extended B
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uff66-\uff9f"  # half-width katakana
+    "\uffa0-\uffdc"  # half-width hangul
+    "\U0001b000-\U0001b16f"  # kana supplement / extended A
+    "\U00020000-\U0003134f"  # CJK extensions B-G, compatibility supplement
+    "\U00031350-\U000323af"  # CJK extension H
 )
-_CJK_RUN = re.compile(f"[{_CJK_RANGES}]+")
-_WORD = re.compile(rf"[^\W{_CJK_RANGES}]+")
+_CJK_RUN = re.compile(f"[{_CJK_LETTERS}]+")
+_WORD = re.compile(rf"[^\W{_CJK_LETTERS}]+")
 
 
-def is_cjk(ch: str) -> bool:
-    return bool(_CJK_RUN.fullmatch(ch))
+def _cjk_punctuation() -> str:
+    blocks = ((0x3000, 0x303F), (0xFE10, 0xFE1F), (0xFE30, 0xFE4F), (0xFF00, 0xFF65))
+    chars = (
+        chr(cp)
+        for lo, hi in blocks
+        for cp in range(lo, hi + 1)
+        if unicodedata.category(chr(cp))[0] in "PZ" and not _CJK_RUN.fullmatch(chr(cp))
+    )
+    return "".join(re.escape(c) for c in chars)
 
 
-def _grams(run: str, *, unigrams: bool) -> list[str]:
+_CJK_PUNCT = re.compile(f"[{_cjk_punctuation()}]")
+
+
+def is_cjk(text: str) -> bool:
+    """Whether ``text`` is non-empty and every character is a CJK letter (not punctuation)."""
+    return bool(_CJK_RUN.fullmatch(text))
+
+
+def _bigrams(run: str) -> list[str]:
     if len(run) == 1:
         return [run]
-    grams = [run[i : i + 2] for i in range(len(run) - 1)]
-    return [*grams, *run] if unigrams else grams
+    return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def _rewrite(text: str, *, unigrams: bool) -> str:
-    return _CJK_RUN.sub(lambda m: " " + " ".join(_grams(m.group(), unigrams=unigrams)) + " ", text)
+def _split(text: str, *, for_query: bool) -> tuple[list[str], list[str]]:
+    """Pieces of the rewritten text in order, and the unigrams to append (index side)."""
+    pieces: list[str] = []
+    unigrams: list[str] = []
+    pos = 0
+    for m in _CJK_RUN.finditer(text):
+        pieces.append(text[pos : m.start()])
+        run = unicodedata.normalize("NFKC", m.group())
+        pieces.append(" " + " ".join(_bigrams(run)) + " ")
+        if not for_query and len(run) > 1:
+            unigrams.extend(run)
+        pos = m.end()
+    pieces.append(text[pos:])
+    return pieces, unigrams
+
+
+def _segment(text: str, *, for_query: bool) -> str:
+    if not _CJK_RUN.search(text) and not _CJK_PUNCT.search(text):
+        return text
+    pieces, unigrams = _split(text, for_query=for_query)
+    out = _CJK_PUNCT.sub(" ", "".join(pieces))
+    return f"{out}\n{' '.join(unigrams)}" if unigrams else out
 
 
 def segment_for_index(text: str) -> str:
-    """Text for ``to_tsvector``: CJK runs become bigrams plus unigrams, the rest unchanged."""
-    return _rewrite(text, unigrams=True)
+    """Text for ``to_tsvector``: CJK runs as in-place bigrams, their characters appended."""
+    return _segment(text, for_query=False)
 
 
 def segment_for_query(text: str) -> str:
-    """Text for the query side: CJK runs become bigrams (a lone character stays itself)."""
-    return _rewrite(text, unigrams=False)
+    """Text for ``plainto_tsquery``/``phraseto_tsquery``: CJK runs as bigrams only."""
+    return _segment(text, for_query=True)
 
 
 def tokenize(text: str, *, for_query: bool = False) -> list[str]:
-    """NFKC-normalised, case-folded word tokens plus CJK grams, in text order."""
+    """Terms for the in-memory BM25 scorer, matching what the database indexes.
+
+    The text is NFKC-normalised and case-folded; non-CJK words are maximal runs of word
+    characters (``\\w``, underscore included), with no stemming or stopwords so scores stay
+    explainable. CJK runs give the grams of :func:`segment_for_index` (``for_query=False``)
+    or :func:`segment_for_query` (``for_query=True``), in text order with the index side's
+    unigrams last.
+    """
     norm = unicodedata.normalize("NFKC", text).casefold()
     out: list[str] = []
+    tail: list[str] = []
     pos = 0
     for m in _CJK_RUN.finditer(norm):
-        out.extend(_WORD.findall(norm[pos : m.start()]))
-        out.extend(_grams(m.group(), unigrams=not for_query))
+        out.extend(_WORD.findall(norm, pos, m.start()))
+        run = m.group()
+        out.extend(_bigrams(run))
+        if not for_query and len(run) > 1:
+            tail.extend(run)
         pos = m.end()
-    out.extend(_WORD.findall(norm[pos:]))
-    return out
+    out.extend(_WORD.findall(norm, pos))
+    return out + tail
