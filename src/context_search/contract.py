@@ -271,12 +271,14 @@ class RankLog:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchStats:
-    """Filter statistics, safe to show the caller.
+    """Filter statistics for the service's audit log — not for agents.
 
-    Every count is over documents *inside the caller's scopes* whose text matched the query
-    lexically: out-of-scope documents are removed before anything is counted, so these
-    numbers are identical whether or not invisible documents exist. ``scopes_applied`` is
-    the number of distinct scopes the permission prefilter enforced.
+    Counts cover the lexical candidates *inside the caller's scopes* (the strongest postings
+    of each query term that also match the full query): out-of-scope documents are removed
+    before anything is counted, so the numbers are identical whether or not invisible
+    documents exist. Even so they describe the index, not the evidence, so tool gateways
+    must strip them before a response reaches an agent. ``scopes_applied`` is the number of
+    distinct scopes the permission prefilter enforced.
     """
 
     scopes_applied: int

@@ -43,7 +43,8 @@ from context_search.contract import (
 from context_search.embedding import Embedder, HashingEmbedder
 from context_search.errors import InvalidQueryError, NotFoundError
 from context_search.filtering import record_matches
-from context_search.text import Chunk, chunk_text, tokenize, validate_spans
+from context_search.text import Chunk, tokenize
+from context_search.text.indexing import searchable_chunks
 from context_search.validation import (
     ValidQuery,
     validate_doc_id,
@@ -101,17 +102,6 @@ class _Ranking:
     filter_filtered: int
 
 
-def _index_text(record: ContextDocumentRecord) -> tuple[str, str]:
-    """Header (title/summary) and body text that may be indexed: masked fields never are."""
-    masked = record.masked_fields
-    header = " ".join(
-        v
-        for k, v in (("title", record.title), ("summary", record.summary))
-        if k not in masked and v
-    )
-    return header, ("" if "body" in masked else record.body)
-
-
 class InMemorySearchConnector:
     """Reference :class:`~context_search.contract.SearchConnector` held in a dict.
 
@@ -159,21 +149,10 @@ class InMemorySearchConnector:
         valid = validate_records(records)
         prepared: list[tuple[ContextDocumentRecord, list[Chunk], list[str]]] = []
         for i, rec in enumerate(valid):
-            header, body = _index_text(rec)
-            if body:
-                chunks = (
-                    validate_spans(body, rec.chunks, index=i)
-                    if rec.chunks
-                    else chunk_text(
-                        body, max_bytes=self._chunk_bytes, overlap_bytes=self._chunk_overlap
-                    )
-                )
-            else:
-                chunks = []
-            if not chunks:
-                # Nothing of the body may be indexed: a zero-width chunk carries the header.
-                chunks = [Chunk(ordinal=0, start_byte=0, end_byte=0, text="")]
-            texts = [f"{header}\n{c.text}" if header else c.text for c in chunks]
+            parts = searchable_chunks(
+                rec, i, chunk_bytes=self._chunk_bytes, chunk_overlap=self._chunk_overlap
+            )
+            chunks, texts = parts.chunks, parts.texts
             prepared.append((rec, chunks, texts))
         with self._lock:
             outcomes: list[tuple[str, RecordOutcome]] = []

@@ -21,7 +21,8 @@ from sqlalchemy.types import Integer, Text
 
 from context_search.contract import ContextDocumentRecord, RecordOutcome
 from context_search.embedding import Embedder
-from context_search.text import Chunk, chunk_text, segment_for_index, validate_spans
+from context_search.text import Chunk, segment_for_index
+from context_search.text.indexing import searchable_chunks
 
 __all__ = [
     "IndexSettings",
@@ -84,20 +85,10 @@ def prepare(record: ContextDocumentRecord, index: int, settings: IndexSettings) 
 
     body = keep("body", record.body)
     title, summary = keep("title", record.title), keep("summary", record.summary)
-    chunks: list[Chunk] = []
-    if body:
-        chunks = (
-            validate_spans(body, record.chunks, index=index)
-            if record.chunks
-            else chunk_text(
-                body, max_bytes=settings.chunk_bytes, overlap_bytes=settings.chunk_overlap
-            )
-        )
-    if not chunks:
-        # Nothing of the body may be indexed; a zero-width chunk carries title and summary.
-        chunks = [Chunk(ordinal=0, start_byte=0, end_byte=0, text="")]
-    header = "\n".join(v for v in (title, summary) if v)
-    texts = [f"{header}\n{c.text}" if header else c.text for c in chunks]
+    parts = searchable_chunks(
+        record, index, chunk_bytes=settings.chunk_bytes, chunk_overlap=settings.chunk_overlap
+    )
+    chunks, texts = parts.chunks, parts.texts
     metadata = {k: v for k, v in record.metadata.items() if f"metadata.{k}" not in masked}
     row = {
         "doc_id": record.document_id,
