@@ -374,3 +374,56 @@ def test_web_query_syntax_phrases_and_negation(store: PostgresSearchConnector) -
     assert lexical("garnet -weekly") == {"p1"}
     assert lexical('pipeline -"garnet notes"') == {"p1"}
     assert lexical("-garnet") == set()
+
+
+def test_scope_stats_and_postings_follow_every_write(
+    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+) -> None:
+    """The BM25 counters always equal a recount, through upserts, updates and lifecycles."""
+    store.upsert(_records(40) + _records(10, prefix="s", scope="secret"))
+    store.upsert(
+        [
+            ContextDocumentRecord(
+                document_id="doc-00001", body="short now", permission_scope="secret"
+            )
+        ]
+    )
+    store.delete_or_supersede("doc-00002")
+    store.delete_or_supersede("doc-00003", superseded_by="doc-00004")
+    store.upsert(
+        [
+            ContextDocumentRecord(
+                document_id="new",
+                body="replaces five and six",
+                permission_scope="team",
+                supersedes=("doc-00005", "doc-00006"),
+            )
+        ]
+    )
+    s = sql.Identifier(pg_schema)
+    with psycopg.connect(pg_dsn) as conn:
+        kept = conn.execute(
+            sql.SQL(
+                "SELECT permission_scope, lifecycle, chunks, tokens FROM {}.scope_stats "
+                "WHERE chunks <> 0 ORDER BY 1, 2"
+            ).format(s)
+        ).fetchall()
+        recount = conn.execute(
+            sql.SQL(
+                "SELECT permission_scope, lifecycle, count(*), sum(token_count) FROM {}.chunks "
+                "GROUP BY 1, 2 ORDER BY 1, 2"
+            ).format(s)
+        ).fetchall()
+        stale = conn.execute(
+            sql.SQL(
+                "SELECT count(*) FROM {s}.postings p JOIN {s}.chunks c USING (chunk_id) "
+                "WHERE p.lifecycle <> c.lifecycle OR p.permission_scope <> c.permission_scope"
+            ).format(s=s)
+        ).fetchone()
+        jobs = conn.execute(
+            sql.SQL("SELECT kind, doc_id FROM {}.index_jobs ORDER BY job_id").format(s)
+        ).fetchall()
+    assert kept == recount
+    assert {(r[0], r[1]) for r in kept} >= {("team", "deleted"), ("team", "superseded")}
+    assert stale == (0,)
+    assert jobs == [("purge", "doc-00002"), ("supersede", "doc-00003")]
