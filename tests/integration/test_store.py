@@ -7,11 +7,14 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import psycopg
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from psycopg import sql
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine import create_store_engine, current_revision, downgrade, migrate
+from context_search.postgres.models import Base
 
 
 @pytest.fixture
@@ -427,3 +430,10 @@ def test_scope_stats_and_postings_follow_every_write(
     assert {(r[0], r[1]) for r in kept} >= {("team", "deleted"), ("team", "superseded")}
     assert stale == (0,)
     assert jobs == [("purge", "doc-00002"), ("supersede", "doc-00003")]
+
+
+def test_migrations_and_typed_models_agree(store: PostgresSearchConnector) -> None:
+    """Alembic's autogenerate finds nothing to change: models and migrations cannot drift."""
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(conn)
+        assert compare_metadata(context, Base.metadata) == []

@@ -15,6 +15,7 @@ from typing import Any
 
 from pgvector.sqlalchemy import VECTOR
 from sqlalchemy import (
+    REAL,
     BigInteger,
     Boolean,
     CheckConstraint,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -40,6 +42,8 @@ __all__ = [
     "GapRow",
     "IndexConfigRow",
     "IndexJobRow",
+    "PostingRow",
+    "ScopeStatsRow",
 ]
 
 DEFAULT_DIMENSION = 384
@@ -69,6 +73,9 @@ class IndexConfigRow(Base):
     """One revision of how chunks are built: changing any field means re-indexing."""
 
     __tablename__ = "index_configs"
+    __table_args__ = (
+        Index("ux_index_configs_active", "active", unique=True, postgresql_where=text("active")),
+    )
 
     revision: Mapped[int] = mapped_column(Integer, primary_key=True)
     embedding_model: Mapped[str]
@@ -213,3 +220,40 @@ class IndexJobRow(Base):
     enqueued_at: Mapped[datetime] = mapped_column(server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class PostingRow(Base):
+    """One lexeme of one chunk: term frequency and impact (BM25's tf part) for the lexical arm."""
+
+    __tablename__ = "postings"
+    __table_args__ = (
+        Index(
+            "ix_postings_lexeme_impact",
+            "lexeme",
+            text("impact DESC"),
+            postgresql_include=["chunk_id", "permission_scope", "lifecycle"],
+        ),
+        Index("ix_postings_lexeme_scope", "lexeme", "permission_scope", "lifecycle"),
+        Index(None, "doc_id"),
+    )
+
+    chunk_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("chunks.chunk_id", ondelete="CASCADE"), primary_key=True
+    )
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    doc_id: Mapped[str]
+    tf: Mapped[int] = mapped_column(Integer)
+    impact: Mapped[float] = mapped_column(REAL)
+    permission_scope: Mapped[str] = mapped_column(String(256))
+    lifecycle: Mapped[str] = mapped_column(String(16))
+
+
+class ScopeStatsRow(Base):
+    """Chunk and token totals per (scope, lifecycle): BM25 collection statistics, by delta."""
+
+    __tablename__ = "scope_stats"
+
+    permission_scope: Mapped[str] = mapped_column(String(256), primary_key=True)
+    lifecycle: Mapped[str] = mapped_column(String(16), primary_key=True)
+    chunks: Mapped[int] = mapped_column(BigInteger, default=0)
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0)
