@@ -22,7 +22,9 @@ __all__ = [
     "MASKABLE_FIELDS",
     "ContextDocument",
     "ContextDocumentRecord",
+    "DocumentEvidence",
     "EvidenceHit",
+    "Freshness",
     "GapReceipt",
     "GapReport",
     "IngestReport",
@@ -33,6 +35,7 @@ __all__ = [
     "RecordOutcome",
     "ScoreParts",
     "SearchConnector",
+    "SearchEvidence",
     "SearchQuery",
     "SearchResponse",
     "SearchStats",
@@ -290,12 +293,41 @@ class SearchStats:
     returned: int
 
 
+class Freshness(enum.StrEnum):
+    """Whether a document's index entries were built from its current content and config."""
+
+    FRESH = "fresh"
+    STALE_CONTENT = "stale_content"
+    STALE_CONFIG = "stale_config"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DocumentEvidence:
+    """What a hit's index entries were built from, next to what the document is now."""
+
+    doc_id: str
+    content_id: str
+    indexed_content_id: str | None
+    indexed_config_revision: int | None
+    freshness: Freshness
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchEvidence:
+    """Proof of how fresh the answer is: read at ``observed_at`` (the store's clock) under
+    index configuration ``config_revision``; one entry per returned document."""
+
+    observed_at: datetime
+    config_revision: int
+    documents: tuple[DocumentEvidence, ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchResponse:
     hits: tuple[EvidenceHit, ...]
     stats: SearchStats
     rank_log: RankLog
-    evidence: Any = None
+    evidence: SearchEvidence
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,9 @@ import numpy.typing as npt
 from context_search.contract import (
     ContextDocument,
     ContextDocumentRecord,
+    DocumentEvidence,
     EvidenceHit,
+    Freshness,
     GapReceipt,
     GapReport,
     IngestReport,
@@ -34,6 +36,7 @@ from context_search.contract import (
     RankLogEntry,
     RecordOutcome,
     ScoreParts,
+    SearchEvidence,
     SearchQuery,
     SearchResponse,
     SearchStats,
@@ -56,6 +59,7 @@ from context_search.validation import (
 
 __all__ = ["InMemorySearchConnector"]
 
+_CONFIG_REVISION = 1  # one fixed chunking/embedding configuration per instance
 _BM25_K1 = 1.2
 _BM25_B = 0.75
 
@@ -292,6 +296,21 @@ class InMemorySearchConnector:
                     lexical_candidates=ranking.lexical_pool,
                     vector_candidates=ranking.vector_pool,
                     entries=tuple(entries),
+                ),
+                evidence=SearchEvidence(
+                    observed_at=self._clock(),
+                    config_revision=_CONFIG_REVISION,
+                    # Chunks are rebuilt in the same call that stores a record: always fresh.
+                    documents=tuple(
+                        DocumentEvidence(
+                            doc_id=h.doc_id,
+                            content_id=h.content_id,
+                            indexed_content_id=h.content_id,
+                            indexed_config_revision=_CONFIG_REVISION,
+                            freshness=Freshness.FRESH,
+                        )
+                        for h in hits
+                    ),
                 ),
             )
 

@@ -437,3 +437,24 @@ def test_migrations_and_typed_models_agree(store: PostgresSearchConnector) -> No
     with store.engine.connect() as conn:
         context = MigrationContext.configure(conn)
         assert compare_metadata(context, Base.metadata) == []
+
+
+def test_config_change_marks_evidence_stale(pg_dsn: str, pg_schema: str) -> None:
+    """Reopening with other chunking activates a new config; old entries say stale_config."""
+    record = ContextDocumentRecord(
+        document_id="e1", body="Evidence about aurora restarts.", permission_scope="team"
+    )
+    query = SearchQuery(query="aurora", allowed_scopes=["team"])
+    with PostgresSearchConnector.open(
+        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema
+    ) as first:
+        first.upsert([record])
+        before = first.search(query).evidence
+    with PostgresSearchConnector.open(
+        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema, chunk_bytes=600
+    ) as second:
+        stale = second.search(query).evidence
+        assert stale.config_revision == before.config_revision + 1
+        assert [d.freshness for d in stale.documents] == ["stale_config"]
+        assert second.upsert([record]).updated == 1  # re-indexed under the new config
+        assert [d.freshness for d in second.search(query).evidence.documents] == ["fresh"]

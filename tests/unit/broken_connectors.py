@@ -275,6 +275,21 @@ class NonAtomicUpsert(Broken):
         return IngestReport(outcomes=tuple(outcomes), chunks_written=0, embeddings_computed=0)
 
 
+class StaleEvidence(Broken):
+    """Reports the content ids remembered from the first search, never the current ones."""
+
+    catches = ("evidence_covers_every_hit",)
+    _frozen: ClassVar[dict[str, Any]] = {}
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        docs = tuple(
+            replace(d, content_id=self._frozen.setdefault(d.doc_id, d.content_id))
+            for d in resp.evidence.documents
+        )
+        return replace(resp, evidence=replace(resp.evidence, documents=docs))
+
+
 class NotIdempotent(Broken):
     """Re-embeds and reports every record as updated."""
 

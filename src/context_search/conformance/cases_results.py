@@ -12,6 +12,7 @@ from context_search.contract import (
     RankLog,
     SearchConnector,
     SearchQuery,
+    content_id_for,
 )
 
 
@@ -311,3 +312,35 @@ def filters_equality_in_range(c: SearchConnector) -> None:
             raise ConformanceFailure(
                 f"filters {filters}: expected {sorted(expected)}, got {sorted(got)}"
             )
+
+
+@case("evidence")
+def evidence_covers_every_hit(c: SearchConnector) -> None:
+    """Every hit has revision evidence (content ids, config, freshness) read at a store time."""
+    c.upsert(standard_corpus())
+    first = c.search(_q("aurora basalt", top_k=5))
+    ev = first.evidence
+    check(ev is not None and ev.observed_at.tzinfo is not None, "no timezone-aware observed_at")
+    check(
+        [d.doc_id for d in ev.documents] == [h.doc_id for h in first.hits],
+        "evidence does not list exactly the returned documents, in order",
+    )
+    for hit, doc in zip(first.hits, ev.documents, strict=True):
+        check(
+            doc.content_id == hit.content_id == doc.indexed_content_id,
+            f"{hit.doc_id}: content ids disagree",
+        )
+        check(
+            doc.freshness == "fresh" and doc.indexed_config_revision == ev.config_revision,
+            f"{hit.doc_id}: freshly indexed document reported {doc.freshness}",
+        )
+    basalt = next(r for r in standard_corpus() if r.document_id == "doc-team-basalt")
+    fields = {name: getattr(basalt, name) for name in basalt.__dataclass_fields__}
+    c.upsert([ContextDocumentRecord(**{**fields, "body": "Basalt moved to erasure coding."})])
+    later = c.search(_q("basalt erasure", top_k=5))
+    check(later.evidence.observed_at >= ev.observed_at, "observed_at went backwards")
+    now = {d.doc_id: d.content_id for d in later.evidence.documents}
+    check(
+        now.get("doc-team-basalt") == content_id_for("Basalt moved to erasure coding."),
+        f"evidence does not show the updated content id: {now}",
+    )

@@ -20,7 +20,9 @@ from sqlalchemy.types import Text
 from context_search.contract import (
     ContextDocument,
     ContextDocumentRecord,
+    DocumentEvidence,
     EvidenceHit,
+    Freshness,
     GapReceipt,
     GapReport,
     IngestReport,
@@ -30,6 +32,7 @@ from context_search.contract import (
     RankLogEntry,
     RecordOutcome,
     ScoreParts,
+    SearchEvidence,
     SearchQuery,
     SearchResponse,
     SearchStats,
@@ -339,6 +342,7 @@ class PostgresSearchConnector:
         vq = validate_query(query)
         rows = self._run(vq)
         hits: list[EvidenceHit] = []
+        kept_rows: list[Row[Any]] = []
         entries: list[RankLogEntry] = []
         below = 0
         first = rows[0]
@@ -361,6 +365,7 @@ class PostgresSearchConnector:
             )
             if keep:
                 hits.append(_hit(row))
+                kept_rows.append(row)
         stats = SearchStats(
             scopes_applied=len(vq.scopes),
             lexical_matches=int(first.lexical_matches),
@@ -377,7 +382,22 @@ class PostgresSearchConnector:
             vector_candidates=int(first.vector_pool),
             entries=tuple(entries),
         )
-        return SearchResponse(hits=tuple(hits), stats=stats, rank_log=log)
+        active = int(first.active_revision)
+        evidence = SearchEvidence(
+            observed_at=first.observed_at,
+            config_revision=active,
+            documents=tuple(
+                DocumentEvidence(
+                    doc_id=r.doc_id,
+                    content_id=r.content_id,
+                    indexed_content_id=r.indexed_content_id,
+                    indexed_config_revision=r.indexed_config_revision,
+                    freshness=_freshness(r, active),
+                )
+                for r in kept_rows
+            ),
+        )
+        return SearchResponse(hits=tuple(hits), stats=stats, rank_log=log, evidence=evidence)
 
     def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
         validate_doc_id(doc_id)
@@ -498,6 +518,14 @@ def _lexical_params(query: str) -> dict[str, str]:
         # Each negated word or phrase is an alternative: any of them excludes a document.
         "qnegated": " or ".join('"' + n.replace('"', " ") + '"' for n in parsed.negated),
     }
+
+
+def _freshness(row: Row[Any], active_revision: int) -> Freshness:
+    if row.indexed_content_id != row.content_id:
+        return Freshness.STALE_CONTENT
+    if row.indexed_config_revision != active_revision:
+        return Freshness.STALE_CONFIG
+    return Freshness.FRESH
 
 
 def _f(value: Any) -> float | None:

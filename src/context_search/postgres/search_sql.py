@@ -263,11 +263,14 @@ stats AS (
            (SELECT count(*) FROM matched_docs WHERE lifecycle_ok AND NOT eligible)
                AS filter_filtered,
            (SELECT count(*) FROM lexical) AS lexical_pool,
-           (SELECT count(*) FROM vector) AS vector_pool
+           (SELECT count(*) FROM vector) AS vector_pool,
+           clock_timestamp() AS observed_at,
+           (SELECT revision FROM index_configs WHERE active) AS active_revision
 ),
 hits AS (
     SELECT f.*, d.title, d.source_system, d.source_uri, d.object_type, d.permission_scope,
            d.lifecycle, d.updated_at, d.metadata, d.content_id,
+           d.indexed_content_id, d.indexed_config_revision,
            c.ordinal AS chunk_ordinal, c.start_byte, c.end_byte, c.text AS snippet
     FROM fused f
     JOIN documents d ON d.doc_id = f.doc_id
