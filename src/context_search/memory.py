@@ -46,6 +46,7 @@ from context_search.contract import (
 from context_search.embedding import Embedder, HashingEmbedder
 from context_search.errors import InvalidQueryError, NotFoundError
 from context_search.filtering import record_matches
+from context_search.ranking import cut_to_hits
 from context_search.text import Chunk, tokenize
 from context_search.text.indexing import searchable_chunks
 from context_search.validation import (
@@ -104,6 +105,18 @@ class _Ranking:
     lexical_matches: int
     lifecycle_filtered: int
     filter_filtered: int
+
+
+def _entry(c: _Candidate) -> RankLogEntry:
+    return RankLogEntry(
+        doc_id=c.doc_id,
+        lexical_rank=c.lexical_rank,
+        lexical_score=c.lexical_score,
+        vector_rank=c.vector_rank,
+        vector_similarity=c.vector_similarity,
+        fused=c.fused,
+        final_rank=None,
+    )
 
 
 class InMemorySearchConnector:
@@ -258,26 +271,12 @@ class InMemorySearchConnector:
         vq = validate_query(query)
         with self._lock:
             ranking = self._rank(vq)
-            hits: list[EvidenceHit] = []
-            entries: list[RankLogEntry] = []
-            below = 0
-            for cand in ranking.ordered:
-                keep = (vq.min_score is None or cand.fused >= vq.min_score) and len(hits) < vq.top_k
-                if vq.min_score is not None and cand.fused < vq.min_score:
-                    below += 1
-                entries.append(
-                    RankLogEntry(
-                        doc_id=cand.doc_id,
-                        lexical_rank=cand.lexical_rank,
-                        lexical_score=cand.lexical_score,
-                        vector_rank=cand.vector_rank,
-                        vector_similarity=cand.vector_similarity,
-                        fused=cand.fused,
-                        final_rank=len(hits) + 1 if keep else None,
-                    )
-                )
-                if keep:
-                    hits.append(self._hit(cand))
+            cut = cut_to_hits(
+                [_entry(c) for c in ranking.ordered], top_k=vq.top_k, min_score=vq.min_score
+            )
+            hits = [self._hit(ranking.ordered[i]) for i in cut.kept]
+            entries = cut.entries
+            below = cut.below_min_score
             stats = SearchStats(
                 scopes_applied=len(vq.scopes),
                 lexical_matches=ranking.lexical_matches,
@@ -295,7 +294,7 @@ class InMemorySearchConnector:
                     params=self._params(),
                     lexical_candidates=ranking.lexical_pool,
                     vector_candidates=ranking.vector_pool,
-                    entries=tuple(entries),
+                    entries=entries,
                 ),
                 evidence=SearchEvidence(
                     observed_at=self._clock(),
@@ -333,19 +332,13 @@ class InMemorySearchConnector:
                 notes.append("excluded by filters")
             ranking = self._rank(vq)
             top_lex = max((c.lexical_score or 0.0 for c in ranking.ordered), default=0.0)
-            final_rank = None
-            cand = None
-            position = 0
-            for c in ranking.ordered:
-                if vq.min_score is None or c.fused >= vq.min_score:
-                    position += 1
-                if c.doc_id == doc_id:
-                    cand = c
-                    if vq.min_score is not None and c.fused < vq.min_score:
-                        notes.append("below min_score")
-                    else:
-                        final_rank = position
-                    break
+            cut = cut_to_hits(
+                [_entry(c) for c in ranking.ordered], top_k=None, min_score=vq.min_score
+            )
+            cand = next((c for c in ranking.ordered if c.doc_id == doc_id), None)
+            final_rank = next((e.final_rank for e in cut.entries if e.doc_id == doc_id), None)
+            if cand is not None and final_rank is None:
+                notes.append("below min_score")
             if cand is None and passed and not notes:
                 notes.append("not among the candidates of either arm")
             return RankExplanation(

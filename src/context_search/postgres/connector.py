@@ -57,6 +57,7 @@ from context_search.postgres.ingest import (
 from context_search.postgres.search_sql import FusionSettings, build_filter_sql, hybrid_search_sql
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
+from context_search.ranking import cut_to_hits
 from context_search.text import parse_query
 from context_search.validation import (
     ValidQuery,
@@ -341,31 +342,13 @@ class PostgresSearchConnector:
     def search(self, query: SearchQuery) -> SearchResponse:
         vq = validate_query(query)
         rows = self._run(vq)
-        hits: list[EvidenceHit] = []
-        kept_rows: list[Row[Any]] = []
-        entries: list[RankLogEntry] = []
-        below = 0
         first = rows[0]
-        for row in rows:
-            if row.doc_id is None:
-                continue
-            passes = vq.min_score is None or row.fused >= vq.min_score
-            below += not passes
-            keep = passes and len(hits) < vq.top_k
-            entries.append(
-                RankLogEntry(
-                    doc_id=row.doc_id,
-                    lexical_rank=row.lexical_rank,
-                    lexical_score=_f(row.lexical_score),
-                    vector_rank=row.vector_rank,
-                    vector_similarity=_f(row.vector_similarity),
-                    fused=float(row.fused),
-                    final_rank=len(hits) + 1 if keep else None,
-                )
-            )
-            if keep:
-                hits.append(_hit(row))
-                kept_rows.append(row)
+        candidates = [r for r in rows if r.doc_id is not None]
+        cut = cut_to_hits([_entry(r) for r in candidates], top_k=vq.top_k, min_score=vq.min_score)
+        kept_rows = [candidates[i] for i in cut.kept]
+        hits = [_hit(r) for r in kept_rows]
+        entries = cut.entries
+        below = cut.below_min_score
         stats = SearchStats(
             scopes_applied=len(vq.scopes),
             lexical_matches=int(first.lexical_matches),
@@ -380,7 +363,7 @@ class PostgresSearchConnector:
             params=self._fusion.params(),
             lexical_candidates=int(first.lexical_pool),
             vector_candidates=int(first.vector_pool),
-            entries=tuple(entries),
+            entries=entries,
         )
         active = int(first.active_revision)
         evidence = SearchEvidence(
@@ -426,23 +409,13 @@ class PostgresSearchConnector:
             notes.append("superseded: excluded unless include_superseded=True")
         if not row.passed:
             notes.append("excluded by filters")
-        position = 0
-        final_rank = None
-        found = None
-        rows = self._run(vq)
+        rows = [r for r in self._run(vq) if r.doc_id is not None]
         top_lexical = max((float(r.lexical_score or 0.0) for r in rows), default=0.0)
-        for r in rows:
-            if r.doc_id is None:
-                continue
-            passes = vq.min_score is None or r.fused >= vq.min_score
-            position += passes
-            if r.doc_id == doc_id:
-                found = r
-                if passes:
-                    final_rank = position
-                else:
-                    notes.append("below min_score")
-                break
+        ranked = cut_to_hits([_entry(r) for r in rows], top_k=None, min_score=vq.min_score)
+        found = next((r for r in rows if r.doc_id == doc_id), None)
+        final_rank = next((e.final_rank for e in ranked.entries if e.doc_id == doc_id), None)
+        if found is not None and final_rank is None:
+            notes.append("below min_score")
         if found is None and not notes:
             notes.append("not among the candidates of either arm")
         return RankExplanation(
@@ -530,6 +503,18 @@ def _freshness(row: Row[Any], active_revision: int) -> Freshness:
 
 def _f(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _entry(row: Row[Any]) -> RankLogEntry:
+    return RankLogEntry(
+        doc_id=row.doc_id,
+        lexical_rank=row.lexical_rank,
+        lexical_score=_f(row.lexical_score),
+        vector_rank=row.vector_rank,
+        vector_similarity=_f(row.vector_similarity),
+        fused=float(row.fused),
+        final_rank=None,
+    )
 
 
 def _parts(row: Row[Any]) -> ScoreParts:
