@@ -4,6 +4,19 @@ The public API is what ``__all__`` lists; every other module is an implementatio
 or a clearly named subpackage (``conformance``, ``postgres``).
 """
 
+from context_search.capability import (
+    Capability,
+    CapabilityCandidate,
+    CapabilityQuery,
+    CapabilityRecall,
+    CapabilityRetriever,
+    CapabilityStore,
+    CapabilityWarning,
+    CapabilityWarningCode,
+    RankedCapability,
+    SearchCapabilityIndex,
+    retrieve_capabilities,
+)
 from context_search.contract import (
     ContextDocument,
     ContextDocumentRecord,
@@ -14,10 +27,12 @@ from context_search.contract import (
     GapReport,
     IngestReport,
     Lifecycle,
+    Propagation,
     RankExplanation,
     RankLog,
     RankLogEntry,
     RecordOutcome,
+    ReindexReport,
     ScoreParts,
     SearchConnector,
     SearchEvidence,
@@ -26,6 +41,7 @@ from context_search.contract import (
     SearchStats,
     content_id_for,
     gap_id_for,
+    index_config_revision,
 )
 from context_search.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from context_search.errors import (
@@ -51,6 +67,14 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendError",
     "BackendUnavailableError",
+    "Capability",
+    "CapabilityCandidate",
+    "CapabilityQuery",
+    "CapabilityRecall",
+    "CapabilityRetriever",
+    "CapabilityStore",
+    "CapabilityWarning",
+    "CapabilityWarningCode",
     "ContextDocument",
     "ContextDocumentRecord",
     "ContextSearchError",
@@ -71,14 +95,18 @@ __all__ = [
     "InvalidResultError",
     "Lifecycle",
     "NotFoundError",
+    "Propagation",
     "QuotaExceededError",
     "RankExplanation",
     "RankLog",
     "RankLogEntry",
+    "RankedCapability",
     "RecordOutcome",
+    "ReindexReport",
     "RetrieverUnconfiguredError",
     "RevisionMismatchError",
     "ScoreParts",
+    "SearchCapabilityIndex",
     "SearchConnector",
     "SearchEvidence",
     "SearchQuery",
@@ -89,4 +117,6 @@ __all__ = [
     "__version__",
     "content_id_for",
     "gap_id_for",
+    "index_config_revision",
+    "retrieve_capabilities",
 ]

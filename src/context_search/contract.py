@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "CHUNKER_VERSION",
     "MASKABLE_FIELDS",
     "ContextDocument",
     "ContextDocumentRecord",
@@ -29,10 +30,12 @@ __all__ = [
     "GapReport",
     "IngestReport",
     "Lifecycle",
+    "Propagation",
     "RankExplanation",
     "RankLog",
     "RankLogEntry",
     "RecordOutcome",
+    "ReindexReport",
     "ScoreParts",
     "SearchConnector",
     "SearchEvidence",
@@ -42,7 +45,13 @@ __all__ = [
     "content_id_for",
     "fusion_arithmetic",
     "gap_id_for",
+    "index_config_revision",
 ]
+
+
+#: Version of the chunking algorithm, part of every index config revision: a change to how
+#: bodies are cut must make every existing entry ``stale_config``.
+CHUNKER_VERSION = "utf8-window-v1"
 
 
 class Lifecycle(enum.StrEnum):
@@ -57,6 +66,34 @@ class Lifecycle(enum.StrEnum):
 MASKABLE_FIELDS: frozenset[str] = frozenset(
     {"title", "summary", "body", "owner", "department", "project", "source_uri", "entities", "tags"}
 )
+
+
+def index_config_revision(
+    *,
+    embedding_model: str,
+    dimension: int,
+    chunk_bytes: int,
+    chunk_overlap: int,
+    text_search_config: str,
+) -> str:
+    """Stable identity of an index configuration: equal settings give equal revisions in
+    every process, so no coordination is needed to agree on which entries are current.
+
+    Part of the stored data (migration 0004 keeps a frozen copy): never change silently.
+    """
+    blob = json.dumps(
+        {
+            "chunk_bytes": chunk_bytes,
+            "chunk_overlap": chunk_overlap,
+            "chunker": CHUNKER_VERSION,
+            "dimension": dimension,
+            "embedding_model": embedding_model,
+            "text_search_config": text_search_config,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return "cfg:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
 
 
 def content_id_for(body: str) -> str:
@@ -205,6 +242,14 @@ class SearchQuery:
     filters: Mapping[str, Any] = field(default_factory=dict)
     include_superseded: bool = False
     min_score: float | None = None
+    #: Restrict candidates to these document ids; the evidence then covers every readable
+    #: target, hit or not (a true zero hit still proves what was searched).
+    targets: Sequence[str] | None = None
+    #: Fail with ``INDEX_STALE`` instead of answering when a hit or target is not fresh.
+    require_fresh: bool = False
+    #: ``doc_id -> source_revision`` the caller relies on; ``REVISION_MISMATCH`` when the
+    #: readable document has another revision (or is not readable at all — same answer).
+    pinned_revisions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -299,6 +344,10 @@ class Freshness(enum.StrEnum):
     FRESH = "fresh"
     STALE_CONTENT = "stale_content"
     STALE_CONFIG = "stale_config"
+    #: Stale, and a reindex job for it is queued or running.
+    PENDING = "pending"
+    #: Stale, and the reindex job for it ran out of attempts (see ``status``).
+    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,19 +356,36 @@ class DocumentEvidence:
 
     doc_id: str
     content_id: str
+    source_revision: str
     indexed_content_id: str | None
-    indexed_config_revision: int | None
+    indexed_config_revision: str | None
     freshness: Freshness
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Propagation:
+    """Index work not yet finished, counted over jobs about the caller's scopes only.
+
+    ``oldest_pending_seconds`` is the age of the oldest queued job (``None``: queue empty);
+    a growing value means workers are not keeping up.
+    """
+
+    pending: int
+    running: int
+    failed: int
+    oldest_pending_seconds: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchEvidence:
     """Proof of how fresh the answer is: read at ``observed_at`` (the store's clock) under
-    index configuration ``config_revision``; one entry per returned document."""
+    index configuration ``config_revision``; one entry per returned document, then one per
+    remaining readable target of ``SearchQuery.targets``."""
 
     observed_at: datetime
-    config_revision: int
+    config_revision: str
     documents: tuple[DocumentEvidence, ...]
+    propagation: Propagation
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -434,6 +500,16 @@ class IngestReport:
         return self.count(RecordOutcome.UNCHANGED)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReindexReport:
+    """What one drain of the job queue did; ``retried`` jobs failed and went back to wait."""
+
+    done: int
+    retried: int
+    failed: int
+    remaining: int
+
+
 @runtime_checkable
 class SearchConnector(Protocol):
     """A retrieval backend seen through the contract.
@@ -444,8 +520,25 @@ class SearchConnector(Protocol):
     ``BACKEND_ERROR`` / ``BACKEND_UNAVAILABLE`` and never returns an empty success.
     """
 
-    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
-        """Insert or replace records atomically (all or nothing); raises ``INVALID_RECORD``."""
+    def upsert(
+        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+    ) -> IngestReport:
+        """Insert or replace records atomically (all or nothing); raises ``INVALID_RECORD``.
+
+        ``defer_indexing=True`` stores the documents (visibility and metadata change at
+        once) and queues the chunking and embedding; until :meth:`reindex` has run, their
+        evidence says ``pending``.
+        """
+        ...
+
+    def rescope(self, doc_id: str, new_scope: str) -> bool:
+        """Move a live document to another permission scope; effective at commit, for every
+        reader. ``False`` when no such live document exists."""
+        ...
+
+    def reindex(self, *, max_jobs: int | None = None) -> ReindexReport:
+        """Work queued index jobs (deferred ingestion, purges, config changes) until the
+        queue is empty or ``max_jobs`` were taken."""
         ...
 
     def search(self, query: SearchQuery) -> SearchResponse:

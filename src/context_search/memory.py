@@ -14,7 +14,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -31,10 +31,12 @@ from context_search.contract import (
     GapReport,
     IngestReport,
     Lifecycle,
+    Propagation,
     RankExplanation,
     RankLog,
     RankLogEntry,
     RecordOutcome,
+    ReindexReport,
     ScoreParts,
     SearchEvidence,
     SearchQuery,
@@ -42,9 +44,15 @@ from context_search.contract import (
     SearchStats,
     fusion_arithmetic,
     gap_id_for,
+    index_config_revision,
 )
 from context_search.embedding import Embedder, HashingEmbedder
-from context_search.errors import InvalidQueryError, NotFoundError
+from context_search.errors import (
+    IndexStaleError,
+    InvalidQueryError,
+    NotFoundError,
+    RevisionMismatchError,
+)
 from context_search.filtering import record_matches
 from context_search.ranking import cut_to_hits
 from context_search.text import Chunk, tokenize
@@ -55,24 +63,31 @@ from context_search.validation import (
     validate_gap,
     validate_query,
     validate_records,
+    validate_scope,
     validate_scopes,
 )
 
 __all__ = ["InMemorySearchConnector"]
 
-_CONFIG_REVISION = 1  # one fixed chunking/embedding configuration per instance
 _BM25_K1 = 1.2
 _BM25_B = 0.75
+_MAX_ATTEMPTS = 3
 
 
 @dataclass(slots=True)
 class _Stored:
+    """The current record plus the index entries, which may have been built from an older
+    version of it (deferred indexing): visibility always follows ``record``/``lifecycle``,
+    the searchable text follows the entries."""
+
     record: ContextDocumentRecord
     lifecycle: Lifecycle
     superseded_by: str | None
     chunks: list[Chunk]
     chunk_terms: list[Counter[str]]
     vectors: npt.NDArray[np.float32]
+    indexed_content_id: str | None
+    indexed_masks: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -149,6 +164,20 @@ class InMemorySearchConnector:
         self._docs: dict[str, _Stored] = {}
         self._gaps: dict[str, tuple[datetime, int]] = {}
         self._lock = threading.RLock()
+        self._config_revision = index_config_revision(
+            embedding_model=self._embedder.model_id,
+            dimension=self._embedder.dimension,
+            chunk_bytes=chunk_bytes,
+            chunk_overlap=chunk_overlap,
+            text_search_config="memory-unicode",
+        )
+        # Deferred index work: doc_id -> (attempts, first requested); failed: doc_id -> error.
+        self._pending: dict[str, tuple[int, datetime]] = {}
+        self._failed: dict[str, str] = {}
+
+    @property
+    def config_revision(self) -> str:
+        return self._config_revision
 
     def __enter__(self) -> InMemorySearchConnector:
         return self
@@ -162,7 +191,9 @@ class InMemorySearchConnector:
 
     # -- write side -------------------------------------------------------------------------
 
-    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+    def upsert(
+        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+    ) -> IngestReport:
         valid = validate_records(records)
         prepared: list[tuple[ContextDocumentRecord, list[Chunk], list[str]]] = []
         for i, rec in enumerate(valid):
@@ -176,7 +207,12 @@ class InMemorySearchConnector:
             to_embed: list[tuple[int, list[str]]] = []
             for i, (rec, _chunks, texts) in enumerate(prepared):
                 old = self._docs.get(rec.document_id)
-                if old is not None and old.record == rec and old.lifecycle is rec.lifecycle:
+                if (
+                    old is not None
+                    and old.record == rec
+                    and old.lifecycle is rec.lifecycle
+                    and (defer_indexing or rec.document_id not in self._pending)
+                ):
                     outcomes.append((rec.document_id, RecordOutcome.UNCHANGED))
                     continue
                 outcomes.append(
@@ -186,29 +222,44 @@ class InMemorySearchConnector:
                     )
                 )
                 to_embed.append((i, texts))
-            # Embed everything before touching state, so an embedder failure changes nothing.
-            flat = [t for _, texts in to_embed for t in texts]
-            vectors = (
-                self._embedder.embed_documents(flat)
-                if flat
-                else np.zeros((0, self._embedder.dimension), dtype=np.float32)
-            )
-            offset = 0
-            chunks_written = 0
             staged: dict[str, _Stored] = {}
-            for i, texts in to_embed:
-                rec, chunks, _ = prepared[i]
-                vecs = vectors[offset : offset + len(texts)]
-                offset += len(texts)
-                staged[rec.document_id] = _Stored(
-                    record=rec,
-                    lifecycle=rec.lifecycle,
-                    superseded_by=None,
-                    chunks=chunks,
-                    chunk_terms=[Counter(tokenize(t)) for t in texts],
-                    vectors=vecs,
-                )
-                chunks_written += len(chunks)
+            flat: list[str] = []
+            chunks_written = 0
+            if defer_indexing:
+                now = self._clock()
+                for i, _texts in to_embed:
+                    rec = prepared[i][0]
+                    old = self._docs.get(rec.document_id)
+                    keep = old is not None and old.indexed_masks == rec.masked_fields
+                    staged[rec.document_id] = _Stored(
+                        record=rec,
+                        lifecycle=rec.lifecycle,
+                        superseded_by=None,
+                        # Old entries stay searchable (``pending``) unless the new record
+                        # masks differently: then they could show what is now masked.
+                        chunks=old.chunks if keep and old else [],
+                        chunk_terms=old.chunk_terms if keep and old else [],
+                        vectors=old.vectors if keep and old else self._no_vectors(),
+                        indexed_content_id=old.indexed_content_id if keep and old else None,
+                        indexed_masks=old.indexed_masks if keep and old else frozenset(),
+                    )
+                for doc_id in staged:
+                    self._pending.setdefault(doc_id, (0, now))
+                    self._failed.pop(doc_id, None)
+            else:
+                # Embed everything before touching state: an embedder failure changes nothing.
+                flat = [t for _, texts in to_embed for t in texts]
+                vectors = self._embed(flat)
+                offset = 0
+                for i, texts in to_embed:
+                    rec, chunks, _ = prepared[i]
+                    vecs = vectors[offset : offset + len(texts)]
+                    offset += len(texts)
+                    staged[rec.document_id] = self._indexed(rec, chunks, texts, vecs)
+                    chunks_written += len(chunks)
+                for doc_id in staged:
+                    self._pending.pop(doc_id, None)
+                    self._failed.pop(doc_id, None)
             self._docs.update(staged)
             for rec in valid:
                 for old_id in rec.supersedes:
@@ -220,6 +271,73 @@ class InMemorySearchConnector:
                 outcomes=tuple(outcomes),
                 chunks_written=chunks_written,
                 embeddings_computed=len(flat),
+            )
+
+    def _no_vectors(self) -> npt.NDArray[np.float32]:
+        return np.zeros((0, self._embedder.dimension), dtype=np.float32)
+
+    def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return self._embedder.embed_documents(texts) if texts else self._no_vectors()
+
+    @staticmethod
+    def _indexed(
+        rec: ContextDocumentRecord,
+        chunks: list[Chunk],
+        texts: list[str],
+        vectors: npt.NDArray[np.float32],
+    ) -> _Stored:
+        return _Stored(
+            record=rec,
+            lifecycle=rec.lifecycle,
+            superseded_by=None,
+            chunks=chunks,
+            chunk_terms=[Counter(tokenize(t)) for t in texts],
+            vectors=vectors,
+            indexed_content_id=rec.content_id,
+            indexed_masks=rec.masked_fields,
+        )
+
+    def rescope(self, doc_id: str, new_scope: str) -> bool:
+        validate_doc_id(doc_id)
+        scope = validate_scope(new_scope)
+        with self._lock:
+            stored = self._docs.get(doc_id)
+            if stored is None or stored.lifecycle is Lifecycle.DELETED:
+                return False
+            stored.record = replace(stored.record, permission_scope=scope)
+            return True
+
+    def reindex(self, *, max_jobs: int | None = None) -> ReindexReport:
+        """Index deferred documents one at a time; an embedder failure is retried on the next
+        call and marks the document ``failed`` after three attempts."""
+        done = retried = failed = 0
+        with self._lock:
+            for doc_id in list(self._pending)[:max_jobs]:
+                attempts, since = self._pending.pop(doc_id)
+                stored = self._docs.get(doc_id)
+                if stored is None or stored.lifecycle is Lifecycle.DELETED:
+                    done += 1
+                    continue
+                rec = stored.record
+                parts = searchable_chunks(
+                    rec, 0, chunk_bytes=self._chunk_bytes, chunk_overlap=self._chunk_overlap
+                )
+                try:
+                    vectors = self._embed(parts.texts)
+                except Exception as exc:  # any embedder failure is retried
+                    if attempts + 1 >= _MAX_ATTEMPTS:
+                        self._failed[doc_id] = f"{type(exc).__name__}: {exc}"
+                        failed += 1
+                    else:
+                        self._pending[doc_id] = (attempts + 1, since)
+                        retried += 1
+                    continue
+                fresh = self._indexed(rec, parts.chunks, parts.texts, vectors)
+                fresh.lifecycle, fresh.superseded_by = stored.lifecycle, stored.superseded_by
+                self._docs[doc_id] = fresh
+                done += 1
+            return ReindexReport(
+                done=done, retried=retried, failed=failed, remaining=len(self._pending)
             )
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
@@ -247,7 +365,9 @@ class InMemorySearchConnector:
                 stored.lifecycle = Lifecycle.DELETED
                 stored.chunks = []
                 stored.chunk_terms = []
-                stored.vectors = np.zeros((0, self._embedder.dimension), dtype=np.float32)
+                stored.vectors = self._no_vectors()
+                self._pending.pop(doc_id, None)
+                self._failed.pop(doc_id, None)
             return True
 
     # -- read side --------------------------------------------------------------------------
@@ -277,6 +397,7 @@ class InMemorySearchConnector:
             hits = [self._hit(ranking.ordered[i]) for i in cut.kept]
             entries = cut.entries
             below = cut.below_min_score
+            evidence = self._evidence(vq, [h.doc_id for h in hits])
             stats = SearchStats(
                 scopes_applied=len(vq.scopes),
                 lexical_matches=ranking.lexical_matches,
@@ -296,22 +417,66 @@ class InMemorySearchConnector:
                     vector_candidates=ranking.vector_pool,
                     entries=entries,
                 ),
-                evidence=SearchEvidence(
-                    observed_at=self._clock(),
-                    config_revision=_CONFIG_REVISION,
-                    # Chunks are rebuilt in the same call that stores a record: always fresh.
-                    documents=tuple(
-                        DocumentEvidence(
-                            doc_id=h.doc_id,
-                            content_id=h.content_id,
-                            indexed_content_id=h.content_id,
-                            indexed_config_revision=_CONFIG_REVISION,
-                            freshness=Freshness.FRESH,
-                        )
-                        for h in hits
-                    ),
-                ),
+                evidence=evidence,
             )
+
+    def _evidence(self, vq: ValidQuery, hit_ids: Sequence[str]) -> SearchEvidence:
+        """Evidence for the hits and every readable target; enforces pins and freshness."""
+        readable = {
+            doc_id: s
+            for doc_id, s in self._docs.items()
+            if s.record.permission_scope in vq.scopes and s.lifecycle is not Lifecycle.DELETED
+        }
+        for doc_id, revision in vq.pinned:
+            stored = readable.get(doc_id)
+            if stored is None or stored.record.source_revision != revision:
+                raise RevisionMismatchError(
+                    "a pinned source revision is not the readable one",
+                    details={"doc_id": doc_id, "pinned": revision},
+                )
+        ids = list(dict.fromkeys([*hit_ids, *(t for t in vq.targets or () if t in readable)]))
+        docs = tuple(self._document_evidence(readable[i]) for i in ids)
+        stale = [d for d in docs if d.freshness is not Freshness.FRESH]
+        if vq.require_fresh and stale:
+            raise IndexStaleError(
+                "the index does not cover the latest content of every result",
+                details={"documents": {d.doc_id: d.freshness.value for d in stale}},
+            )
+        now = self._clock()
+        pending = [t for d, (_, t) in self._pending.items() if d in readable]
+        return SearchEvidence(
+            observed_at=now,
+            config_revision=self._config_revision,
+            documents=docs,
+            propagation=Propagation(
+                pending=len(pending),
+                running=0,
+                failed=sum(1 for d in self._failed if d in readable),
+                oldest_pending_seconds=(
+                    max((now - min(pending)).total_seconds(), 0.0) if pending else None
+                ),
+            ),
+        )
+
+    def _document_evidence(self, stored: _Stored) -> DocumentEvidence:
+        doc_id = stored.record.document_id
+        indexed = stored.indexed_content_id
+        if indexed == stored.record.content_id:
+            freshness = Freshness.FRESH
+        elif doc_id in self._failed:
+            freshness = Freshness.FAILED
+        elif doc_id in self._pending:
+            freshness = Freshness.PENDING
+        else:
+            freshness = Freshness.STALE_CONTENT
+        return DocumentEvidence(
+            doc_id=doc_id,
+            content_id=stored.record.content_id,
+            source_revision=stored.record.source_revision,
+            indexed_content_id=indexed,
+            indexed_config_revision=self._config_revision if indexed is not None else None,
+            freshness=freshness,
+        )
 
     def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
         validate_doc_id(doc_id)
@@ -386,7 +551,9 @@ class InMemorySearchConnector:
         visible = [
             s
             for s in self._docs.values()
-            if s.record.permission_scope in vq.scopes and s.lifecycle is not Lifecycle.DELETED
+            if s.record.permission_scope in vq.scopes
+            and s.lifecycle is not Lifecycle.DELETED
+            and (vq.targets is None or s.record.document_id in vq.targets)
         ]
         q_terms = tokenize(vq.text, for_query=True)
         lexical = self._bm25(visible, q_terms)

@@ -34,6 +34,7 @@ __all__ = [
     "validate_gap",
     "validate_query",
     "validate_record",
+    "validate_scope",
     "validate_scopes",
 ]
 
@@ -43,6 +44,7 @@ MAX_SCOPES = 1000
 MAX_SCOPE_CHARS = 256
 MAX_ID_CHARS = 512
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_TARGETS = 1000
 
 #: Filterable fields and their value kind. ``tags`` is a set; the rest are scalars.
 FILTER_FIELDS: Mapping[str, Literal["text", "tags", "time"]] = {
@@ -86,6 +88,9 @@ class ValidQuery:
     filters: tuple[FilterClause, ...]
     include_superseded: bool
     min_score: float | None
+    targets: tuple[str, ...] | None = None
+    require_fresh: bool = False
+    pinned: tuple[tuple[str, str], ...] = ()
 
 
 def check_text(
@@ -136,6 +141,11 @@ def validate_scopes(scopes: object) -> frozenset[str]:
                 "a scope is longer than 256 characters", details={"field": "allowed_scopes"}
             )
     return frozenset(scopes)
+
+
+def validate_scope(scope: object, *, name: str = "new_scope") -> str:
+    """One permission scope given to a write (same limits as a record's scope)."""
+    return check_text(scope, name=name, allow_empty=False, max_bytes=MAX_SCOPE_CHARS)
 
 
 def validate_doc_id(doc_id: object) -> str:
@@ -255,6 +265,10 @@ def validate_query(query: object) -> ValidQuery:
     min_score = (
         None if query.min_score is None else _check_number(query.min_score, name="min_score")
     )
+    if not isinstance(query.require_fresh, bool):
+        raise InvalidQueryError(
+            "require_fresh must be a boolean", details={"field": "require_fresh"}
+        )
     return ValidQuery(
         text=text,
         scopes=scopes,
@@ -262,6 +276,46 @@ def validate_query(query: object) -> ValidQuery:
         filters=_parse_filters(query.filters),
         include_superseded=query.include_superseded,
         min_score=min_score,
+        targets=validate_targets(query.targets),
+        require_fresh=query.require_fresh,
+        pinned=_validate_pins(query.pinned_revisions),
+    )
+
+
+def validate_targets(targets: object) -> tuple[str, ...] | None:
+    """Explicit target ids: de-duplicated in first-seen order, at most ``MAX_TARGETS``."""
+    if targets is None:
+        return None
+    if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
+        raise InvalidQueryError(
+            "targets must be a sequence of document ids", details={"field": "targets"}
+        )
+    if not targets:
+        raise InvalidQueryError("targets must not be empty", details={"field": "targets"})
+    if len(targets) > MAX_TARGETS:
+        raise InvalidQueryError(
+            f"targets has more than {MAX_TARGETS} entries",
+            details={"field": "targets", "limit": MAX_TARGETS},
+        )
+    return tuple(dict.fromkeys(validate_doc_id(t) for t in targets))
+
+
+def _validate_pins(pins: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(pins, Mapping):
+        raise InvalidQueryError(
+            "pinned_revisions must map doc_id to source_revision",
+            details={"field": "pinned_revisions"},
+        )
+    if len(pins) > MAX_TARGETS:
+        raise InvalidQueryError(
+            f"pinned_revisions has more than {MAX_TARGETS} entries",
+            details={"field": "pinned_revisions", "limit": MAX_TARGETS},
+        )
+    return tuple(
+        sorted(
+            (validate_doc_id(k), check_text(v, name="pinned_revisions[]", max_bytes=1024))
+            for k, v in pins.items()
+        )
     )
 
 

@@ -12,6 +12,7 @@ from alembic.migration import MigrationContext
 from psycopg import sql
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
+from context_search.contract import index_config_revision
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine import create_store_engine, current_revision, downgrade, migrate
 from context_search.postgres.models import Base
@@ -36,7 +37,7 @@ def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
     try:
         assert current_revision(engine, schema=pg_schema) is None
         migrate(engine, schema=pg_schema)
-        assert current_revision(engine, schema=pg_schema) == "0003"
+        assert current_revision(engine, schema=pg_schema) == "0004"
         assert {"documents", "chunks", "gaps", "index_configs", "index_jobs"} <= _tables(
             pg_dsn, pg_schema
         )
@@ -54,11 +55,17 @@ def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
         assert "hnsw" in indexes["ix_chunks_embedding_hnsw"]
         assert "vector_cosine_ops" in indexes["ix_chunks_embedding_hnsw"]
         assert "gin" in indexes["ix_chunks_tsv_gin"]
-        assert {r[0] for r in rls} == {"documents", "chunks", "postings", "scope_stats"}
+        assert {r[0] for r in rls} == {
+            "documents",
+            "chunks",
+            "postings",
+            "scope_stats",
+            "index_jobs",
+        }
         downgrade(engine, schema=pg_schema)
         assert _tables(pg_dsn, pg_schema) == {"alembic_version"}
         migrate(engine, schema=pg_schema)
-        assert current_revision(engine, schema=pg_schema) == "0003"
+        assert current_revision(engine, schema=pg_schema) == "0004"
     finally:
         engine.dispose()
 
@@ -440,21 +447,42 @@ def test_migrations_and_typed_models_agree(store: PostgresSearchConnector) -> No
 
 
 def test_config_change_marks_evidence_stale(pg_dsn: str, pg_schema: str) -> None:
-    """Reopening with other chunking activates a new config; old entries say stale_config."""
+    """Reopening with other chunking activates a new config revision (a hash of the settings)
+    and queues re-embedding: evidence says pending until the job ran, then fresh; going back
+    to the first configuration makes it current again."""
     record = ContextDocumentRecord(
         document_id="e1", body="Evidence about aurora restarts.", permission_scope="team"
     )
     query = SearchQuery(query="aurora", allowed_scopes=["team"])
-    with PostgresSearchConnector.open(
-        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema
-    ) as first:
+    embedder = HashingEmbedder()
+    with PostgresSearchConnector.open(pg_dsn, embedder=embedder, schema=pg_schema) as first:
         first.upsert([record])
         before = first.search(query).evidence
+    assert before.config_revision == index_config_revision(
+        embedding_model=embedder.model_id,
+        dimension=embedder.dimension,
+        chunk_bytes=1200,
+        chunk_overlap=200,
+        text_search_config="english",
+    )
+    assert [d.freshness for d in before.documents] == ["fresh"]
     with PostgresSearchConnector.open(
-        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema, chunk_bytes=600
+        pg_dsn, embedder=embedder, schema=pg_schema, chunk_bytes=600
     ) as second:
         stale = second.search(query).evidence
-        assert stale.config_revision == before.config_revision + 1
-        assert [d.freshness for d in stale.documents] == ["stale_config"]
-        assert second.upsert([record]).updated == 1  # re-indexed under the new config
-        assert [d.freshness for d in second.search(query).evidence.documents] == ["fresh"]
+        assert stale.config_revision != before.config_revision
+        assert [d.freshness for d in stale.documents] == ["pending"]
+        assert stale.documents[0].indexed_config_revision == before.config_revision
+        assert stale.propagation.pending == 1
+        report = second.reindex()
+        assert (report.done, report.failed, report.remaining) == (1, 0, 0)
+        after = second.search(query).evidence
+        assert [d.freshness for d in after.documents] == ["fresh"]
+        assert after.documents[0].indexed_config_revision == stale.config_revision
+        assert after.propagation.pending == 0
+    with PostgresSearchConnector.open(pg_dsn, embedder=embedder, schema=pg_schema) as again:
+        back = again.search(query).evidence
+        assert back.config_revision == before.config_revision
+        assert [d.freshness for d in back.documents] == ["pending"]
+        again.reindex()
+        assert [d.freshness for d in again.search(query).evidence.documents] == ["fresh"]

@@ -27,10 +27,12 @@ from context_search.contract import (
     GapReport,
     IngestReport,
     Lifecycle,
+    Propagation,
     RankExplanation,
     RankLog,
     RankLogEntry,
     RecordOutcome,
+    ReindexReport,
     ScoreParts,
     SearchEvidence,
     SearchQuery,
@@ -38,23 +40,34 @@ from context_search.contract import (
     SearchStats,
     fusion_arithmetic,
     gap_id_for,
+    index_config_revision,
 )
 from context_search.embedding import Embedder, default_embedder
 from context_search.errors import (
+    IndexStaleError,
     InvalidQueryError,
     NotFoundError,
     RetrieverUnconfiguredError,
+    RevisionMismatchError,
 )
 from context_search.postgres.engine import create_store_engine, migrate, translate_errors
 from context_search.postgres.ingest import (
+    ENQUEUE_INDEX,
     LIFECYCLE_POSTINGS,
     STATS_DELTA,
+    SYNC_COPIES,
     IndexSettings,
     ProgressCallback,
     prepare,
     write_batch,
 )
-from context_search.postgres.search_sql import FusionSettings, build_filter_sql, hybrid_search_sql
+from context_search.postgres.jobs import JobProgress, JobWorker
+from context_search.postgres.search_sql import (
+    EVIDENCE_SQL,
+    FusionSettings,
+    build_filter_sql,
+    hybrid_search_sql,
+)
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
 from context_search.ranking import cut_to_hits
@@ -65,6 +78,7 @@ from context_search.validation import (
     validate_gap,
     validate_query,
     validate_records,
+    validate_scope,
     validate_scopes,
 )
 
@@ -205,6 +219,8 @@ class PostgresSearchConnector:
     def _reader(self, scopes: frozenset[str], action: str) -> Iterator[Connection]:
         """A read transaction as the reader role, RLS scoped to ``scopes``."""
         with translate_errors(action), self._engine.begin() as conn:
+            # One snapshot for every statement of the read (search + target evidence).
+            conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
             conn.execute(text(f'SET LOCAL ROLE "{self._reader_role}"'))
             conn.execute(
                 text(
@@ -220,6 +236,7 @@ class PostgresSearchConnector:
         self,
         records: Sequence[ContextDocumentRecord],
         *,
+        defer_indexing: bool = False,
         batch_size: int = 256,
         progress: ProgressCallback | None = None,
     ) -> IngestReport:
@@ -227,6 +244,8 @@ class PostgresSearchConnector:
 
         Validation covers every record before the first write. A failure inside a batch
         rolls that batch back completely; earlier batches stay committed.
+        ``defer_indexing``: store now, chunk and embed in an index job (:meth:`reindex`,
+        ``context-search reindex``) — evidence reports such documents ``pending``.
         """
         valid = validate_records(records)
         prepared = [prepare(r, i, self._settings) for i, r in enumerate(valid)]
@@ -235,7 +254,9 @@ class PostgresSearchConnector:
         for start in range(0, len(prepared), batch_size):
             batch = prepared[start : start + batch_size]
             with translate_errors("upsert"), self._engine.begin() as conn:
-                out, c, e = write_batch(conn, batch, self._embedder, self._settings)
+                out, c, e = write_batch(
+                    conn, batch, self._embedder, self._settings, deferred=defer_indexing
+                )
             outcomes.extend(out)
             chunks += c
             embeddings += e
@@ -287,14 +308,69 @@ class PostgresSearchConnector:
             )
             conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
             conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
+            _record_change(conn, kind, doc_id, self._settings.revision)
+            return True
+
+    def rescope(self, doc_id: str, new_scope: str) -> bool:
+        """Move a live document to ``new_scope``: document, chunks, postings and statistics
+        change in one transaction, so from its commit no reader of the old scope sees it.
+
+        A ``rescope`` job records the change (``visible_at`` = the commit) and its worker
+        verifies every copy followed. The stored record hash is invalidated, so ingesting
+        the original record again restores the old scope instead of being skipped.
+        """
+        validate_doc_id(doc_id)
+        scope = validate_scope(new_scope)
+        with translate_errors("rescope"), self._engine.begin() as conn:
+            old = conn.execute(
+                text(
+                    "SELECT permission_scope FROM documents "
+                    "WHERE doc_id = :id AND lifecycle <> 'deleted' FOR UPDATE"
+                ),
+                {"id": doc_id},
+            ).scalar()
+            if old is None:
+                return False
+            if old == scope:
+                return True
+            conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
             conn.execute(
                 text(
-                    "INSERT INTO index_jobs (kind, doc_id, config_revision) "
-                    "VALUES (:kind, :id, :rev)"
+                    "UPDATE documents SET permission_scope = :scope, "
+                    "record_hash = 'rescoped:' || record_hash, "
+                    "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
                 ),
-                {"kind": kind, "id": doc_id, "rev": self._settings.revision},
+                {"scope": scope, "id": doc_id},
+            )
+            conn.execute(SYNC_COPIES, {"ids": [doc_id]})
+            conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
+            # Unfinished jobs about the document now concern the new scope.
+            conn.execute(
+                text(
+                    "UPDATE index_jobs SET scopes = ARRAY[:scope] "
+                    "WHERE doc_id = :id AND status IN ('pending', 'running', 'failed')"
+                ),
+                {"scope": scope, "id": doc_id},
+            )
+            _record_change(
+                conn,
+                "rescope",
+                doc_id,
+                self._settings.revision,
+                scopes=[old, scope],
+                payload={"from": old, "to": scope},
             )
             return True
+
+    def worker(self, **options: Any) -> JobWorker:
+        """A job worker for this index configuration (options: see :class:`JobWorker`)."""
+        return JobWorker(self._engine, embedder=self._embedder, settings=self._settings, **options)
+
+    def reindex(
+        self, *, max_jobs: int | None = None, progress: JobProgress | None = None
+    ) -> ReindexReport:
+        """Work the queue in this thread until nothing is claimable (see ``JobWorker``)."""
+        return self.worker().drain(max_jobs=max_jobs, progress=progress)
 
     def report_gap(self, report: GapReport) -> GapReceipt:
         validate_gap(report)
@@ -341,7 +417,7 @@ class PostgresSearchConnector:
 
     def search(self, query: SearchQuery) -> SearchResponse:
         vq = validate_query(query)
-        rows = self._run(vq)
+        rows, extra = self._run_with_evidence(vq)
         first = rows[0]
         candidates = [r for r in rows if r.doc_id is not None]
         cut = cut_to_hits([_entry(r) for r in candidates], top_k=vq.top_k, min_score=vq.min_score)
@@ -365,19 +441,35 @@ class PostgresSearchConnector:
             vector_candidates=int(first.vector_pool),
             entries=entries,
         )
-        active = int(first.active_revision)
+        active = str(first.active_config)
+        readable = {r.doc_id: r for r in extra}
+        for doc_id, revision in vq.pinned:
+            row = readable.get(doc_id)
+            if row is None or row.source_revision != revision:
+                raise RevisionMismatchError(
+                    "a pinned source revision is not the readable one",
+                    details={"doc_id": doc_id, "pinned": revision},
+                )
+        shown = [r.doc_id for r in kept_rows]
+        targets = [t for t in vq.targets or () if t in readable and t not in set(shown)]
+        docs = tuple(
+            _document_evidence(r, active) for r in [*kept_rows, *(readable[t] for t in targets)]
+        )
+        stale = [d for d in docs if d.freshness is not Freshness.FRESH]
+        if vq.require_fresh and stale:
+            raise IndexStaleError(
+                "the index does not cover the latest content of every result",
+                details={"documents": {d.doc_id: d.freshness.value for d in stale}},
+            )
         evidence = SearchEvidence(
             observed_at=first.observed_at,
             config_revision=active,
-            documents=tuple(
-                DocumentEvidence(
-                    doc_id=r.doc_id,
-                    content_id=r.content_id,
-                    indexed_content_id=r.indexed_content_id,
-                    indexed_config_revision=r.indexed_config_revision,
-                    freshness=_freshness(r, active),
-                )
-                for r in kept_rows
+            documents=docs,
+            propagation=Propagation(
+                pending=int(first.jobs_pending),
+                running=int(first.jobs_running),
+                failed=int(first.jobs_failed),
+                oldest_pending_seconds=_f(first.oldest_pending_seconds),
             ),
         )
         return SearchResponse(hits=tuple(hits), stats=stats, rank_log=log, evidence=evidence)
@@ -447,8 +539,27 @@ class PostgresSearchConnector:
         rows = self._run(vq, plan="EXPLAIN (ANALYZE, BUFFERS) " if analyze else "EXPLAIN ")
         return "\n".join(str(r[0]) for r in rows)
 
-    def _run(self, vq: ValidQuery, plan: str = "") -> list[Row[Any]]:
+    def _run_with_evidence(self, vq: ValidQuery) -> tuple[list[Row[Any]], list[Row[Any]]]:
+        extra_ids = sorted({*(vq.targets or ()), *(d for d, _ in vq.pinned)})
+        with self._reader(vq.scopes, "search") as conn:
+            rows = self._run(vq, conn=conn)
+            extra = (
+                list(conn.execute(EVIDENCE_SQL, {"ids": extra_ids, "scopes": sorted(vq.scopes)}))
+                if extra_ids
+                else []
+            )
+        return rows, extra
+
+    def _run(
+        self, vq: ValidQuery, plan: str = "", *, conn: Connection | None = None
+    ) -> list[Row[Any]]:
+        if conn is None:
+            with self._reader(vq.scopes, "search") as own:
+                return self._run(vq, plan, conn=own)
         filter_sql, params = build_filter_sql(vq.filters)
+        if vq.targets is not None:
+            filter_sql += " AND d.doc_id = ANY(CAST(:targets AS text[]))"
+            params["targets"] = list(vq.targets)
         lifecycles = ["active", "superseded"] if vq.include_superseded else ["active"]
         pool = self._fusion.pool_size
         chunk_pool = min(1000, pool * 4)
@@ -470,17 +581,18 @@ class PostgresSearchConnector:
             bind["rrf_k"] = self._fusion.rrf_k
         else:
             bind["lexical_weight"] = self._fusion.lexical_weight
-        with self._reader(vq.scopes, "search") as conn:
-            conn.execute(
-                text(
-                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                    "set_config('hnsw.ef_search', :ef, true)"
-                ),
-                {"ef": str(max(40, chunk_pool))},
-            )
-            for key, value in self._planner.items():
-                conn.execute(text("SELECT set_config(:k, :v, true)"), {"k": key, "v": value})
-            return list(conn.execute(sql, bind))
+        conn.execute(
+            text(
+                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                "set_config('hnsw.ef_search', :ef, true)"
+            ),
+            {"ef": str(max(40, chunk_pool))},
+        )
+        for key, value in self._planner.items():
+            conn.execute(text("SELECT set_config(:k, :v, true)"), {"k": key, "v": value})
+        if vq.targets is not None:
+            sql = sql.bindparams(bindparam("targets", type_=ARRAY(Text)))
+        return list(conn.execute(sql, bind))
 
 
 def _lexical_params(query: str) -> dict[str, str]:
@@ -493,12 +605,56 @@ def _lexical_params(query: str) -> dict[str, str]:
     }
 
 
-def _freshness(row: Row[Any], active_revision: int) -> Freshness:
+def _record_change(
+    conn: Connection,
+    kind: str,
+    doc_id: str,
+    revision: int,
+    *,
+    scopes: Sequence[str] | None = None,
+    payload: Mapping[str, Any] | None = None,
+) -> None:
+    """Queue the job that finishes (or verifies) a visibility change made in this
+    transaction; the change itself is visible at commit, hence ``visible_at = now()``."""
+    conn.execute(
+        text(
+            "INSERT INTO index_jobs (kind, doc_id, config_revision, scopes, payload, visible_at) "
+            "SELECT :kind, d.doc_id, :rev, COALESCE(CAST(:scopes AS text[]), "
+            "ARRAY[d.permission_scope]), CAST(:payload AS jsonb), now() "
+            "FROM documents d WHERE d.doc_id = :id"
+        ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+        {
+            "kind": kind,
+            "id": doc_id,
+            "rev": revision,
+            "scopes": list(scopes) if scopes is not None else None,
+            "payload": json.dumps(dict(payload or {})),
+        },
+    )
+
+
+def _freshness(row: Any, active_config: str) -> Freshness:
+    stale = row.indexed_content_id != row.content_id or row.indexed_config_id != active_config
+    if not stale:
+        return Freshness.FRESH
+    if row.job_status in ("pending", "running"):
+        return Freshness.PENDING
+    if row.job_status == "failed":
+        return Freshness.FAILED
     if row.indexed_content_id != row.content_id:
         return Freshness.STALE_CONTENT
-    if row.indexed_config_revision != active_revision:
-        return Freshness.STALE_CONFIG
-    return Freshness.FRESH
+    return Freshness.STALE_CONFIG
+
+
+def _document_evidence(row: Any, active_config: str) -> DocumentEvidence:
+    return DocumentEvidence(
+        doc_id=row.doc_id,
+        content_id=row.content_id,
+        source_revision=row.source_revision,
+        indexed_content_id=row.indexed_content_id,
+        indexed_config_revision=row.indexed_config_id,
+        freshness=_freshness(row, active_config),
+    )
 
 
 def _f(value: Any) -> float | None:
@@ -606,39 +762,68 @@ def _activate_config(
             is None
         ):
             raise RetrieverUnconfiguredError(f"unknown text search configuration {ts_config!r}")
-        wanted = (embedder.model_id, embedder.dimension, chunk_bytes, chunk_overlap, ts_config)
+        config_id = index_config_revision(
+            embedding_model=embedder.model_id,
+            dimension=embedder.dimension,
+            chunk_bytes=chunk_bytes,
+            chunk_overlap=chunk_overlap,
+            text_search_config=ts_config,
+        )
         row = conn.execute(
-            text(
-                "SELECT revision, embedding_model, dimension, chunk_bytes, chunk_overlap, "
-                "text_search_config FROM index_configs WHERE active"
-            )
+            text("SELECT revision, active FROM index_configs WHERE config_id = :c"),
+            {"c": config_id},
         ).one_or_none()
-        if row is not None and tuple(row)[1:] == wanted:
+        if row is not None and row.active:
             revision = int(row.revision)
         else:
-            revision = int(
-                conn.execute(
-                    text("SELECT COALESCE(max(revision), 0) + 1 FROM index_configs")
-                ).scalar_one()
-            )
             conn.execute(text("UPDATE index_configs SET active = false WHERE active"))
-            conn.execute(
-                text(
-                    "INSERT INTO index_configs (revision, embedding_model, dimension, chunk_bytes, "
-                    "chunk_overlap, text_search_config, active) VALUES (:r, :m, :d, :cb, :co, :ts, "
-                    "true)"
-                ),
-                {
-                    "r": revision,
-                    "m": wanted[0],
-                    "d": wanted[1],
-                    "cb": chunk_bytes,
-                    "co": chunk_overlap,
-                    "ts": ts_config,
-                },
-            )
+            if row is not None:  # back to an earlier configuration: its entries count again
+                revision = int(row.revision)
+                conn.execute(
+                    text("UPDATE index_configs SET active = true WHERE revision = :r"),
+                    {"r": revision},
+                )
+            else:
+                revision = int(
+                    conn.execute(
+                        text("SELECT COALESCE(max(revision), 0) + 1 FROM index_configs")
+                    ).scalar_one()
+                )
+                conn.execute(
+                    text(
+                        "INSERT INTO index_configs (revision, config_id, embedding_model, "
+                        "dimension, chunk_bytes, chunk_overlap, text_search_config, active) "
+                        "VALUES (:r, :c, :m, :d, :cb, :co, :ts, true)"
+                    ),
+                    {
+                        "r": revision,
+                        "c": config_id,
+                        "m": embedder.model_id,
+                        "d": embedder.dimension,
+                        "cb": chunk_bytes,
+                        "co": chunk_overlap,
+                        "ts": ts_config,
+                    },
+                )
+            # Everything built under another configuration is re-embedded by index jobs;
+            # until then its evidence says ``pending`` (stale_config with a queued job).
+            stale = [
+                r[0]
+                for r in conn.execute(
+                    text(
+                        "SELECT doc_id FROM documents WHERE lifecycle <> 'deleted' "
+                        "AND indexed_config_revision IS DISTINCT FROM :r"
+                    ),
+                    {"r": revision},
+                )
+            ]
+            for start in range(0, len(stale), 10_000):
+                conn.execute(
+                    ENQUEUE_INDEX, {"ids": stale[start : start + 10_000], "revision": revision}
+                )
     return IndexSettings(
         revision=revision,
+        config_id=config_id,
         embedding_model=embedder.model_id,
         dimension=embedder.dimension,
         chunk_bytes=chunk_bytes,

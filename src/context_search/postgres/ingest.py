@@ -25,11 +25,16 @@ from context_search.text import Chunk, segment_for_index
 from context_search.text.indexing import searchable_chunks
 
 __all__ = [
+    "ENQUEUE_INDEX",
+    "SYNC_COPIES",
+    "ChunkSource",
     "IndexSettings",
     "PreparedRecord",
     "ProgressCallback",
+    "embed_sources",
     "prepare",
     "record_hash",
+    "replace_chunks",
     "write_batch",
 ]
 
@@ -42,6 +47,7 @@ class IndexSettings:
     """The active index configuration revision and what it means for chunks."""
 
     revision: int
+    config_id: str
     embedding_model: str
     dimension: int
     chunk_bytes: int
@@ -175,6 +181,66 @@ _UPSERT_DOCS = text(
     "row_version = documents.row_version + 1, modified_at = now()"
 ).bindparams(bindparam("rows", type_=Text), bindparam("revision", type_=Integer))
 
+#: Deferred indexing: the document changes now, its index entries keep what they were built
+#: from (NULL for a new document) until the index job rebuilds them.
+_UPSERT_DOCS_DEFERRED = text(
+    "INSERT INTO documents (" + ", ".join(_DOC_COLUMNS) + ") "
+    "SELECT " + ", ".join(f"r.{c}" for c in _DOC_COLUMNS) + " "
+    "FROM jsonb_populate_recordset(NULL::documents, CAST(:rows AS jsonb)) AS r "
+    "ON CONFLICT (doc_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in _DOC_COLUMNS if c != "doc_id")
+    + ", superseded_by = NULL, row_version = documents.row_version + 1, modified_at = now()"
+).bindparams(bindparam("rows", type_=Text))
+
+_SET_INDEXED = text(
+    "UPDATE documents SET indexed_content_id = u.content_id, indexed_config_revision = :revision "
+    "FROM unnest(:ids, :content_ids) AS u(doc_id, content_id) WHERE documents.doc_id = u.doc_id"
+).bindparams(
+    bindparam("ids", type_=ARRAY(Text)),
+    bindparam("content_ids", type_=ARRAY(Text)),
+    bindparam("revision", type_=Integer),
+)
+
+#: Queue an index job per document (one pending job per document is enough: it reads the
+#: document when it runs).
+ENQUEUE_INDEX = text(
+    """
+    INSERT INTO index_jobs (kind, doc_id, config_revision, scopes)
+    SELECT 'index', d.doc_id, :revision, ARRAY[d.permission_scope]
+    FROM documents d WHERE d.doc_id = ANY(:ids) ORDER BY d.doc_id
+    ON CONFLICT (doc_id) WHERE kind = 'index' AND status = 'pending' DO NOTHING
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("revision", type_=Integer))
+
+#: A synchronous rebuild makes queued index jobs of the same documents redundant.
+_SETTLE_INDEX_JOBS = text(
+    "UPDATE index_jobs SET status = 'done', done_at = now(), visible_at = now(), "
+    "last_error = COALESCE(last_error, 'indexed by a synchronous upsert') "
+    "WHERE doc_id = ANY(:ids) AND kind = 'index' AND status = 'pending'"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+#: Scope and lifecycle copies on chunks and postings follow the document (same transaction).
+SYNC_COPIES = text(
+    """
+    WITH c AS (
+        UPDATE chunks SET permission_scope = d.permission_scope, lifecycle = d.lifecycle
+        FROM documents d
+        WHERE chunks.doc_id = d.doc_id AND d.doc_id = ANY(:ids)
+          AND (chunks.permission_scope, chunks.lifecycle)
+              IS DISTINCT FROM (d.permission_scope, d.lifecycle)
+    )
+    UPDATE postings SET permission_scope = d.permission_scope, lifecycle = d.lifecycle
+    FROM documents d
+    WHERE postings.doc_id = d.doc_id AND d.doc_id = ANY(:ids)
+      AND (postings.permission_scope, postings.lifecycle)
+          IS DISTINCT FROM (d.permission_scope, d.lifecycle)
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+_DELETE_CHUNKS = text("DELETE FROM chunks WHERE doc_id = ANY(:ids)").bindparams(
+    bindparam("ids", type_=ARRAY(Text))
+)
+
 _INSERT_CHUNKS = text(
     """
     INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
@@ -256,11 +322,31 @@ def _vector_literal(v: np.ndarray[Any, Any]) -> str:
     return "[" + ",".join(f"{x:.7g}" for x in v.tolist()) + "]"
 
 
+@dataclass(frozen=True, slots=True)
+class ChunkSource:
+    """What one document's index entries are built from (current stored fields)."""
+
+    doc_id: str
+    content_id: str
+    permission_scope: str
+    lifecycle: str
+    chunks: list[Chunk]
+    index_texts: list[str]
+
+
 def write_batch(
-    conn: Connection, batch: Sequence[PreparedRecord], embedder: Embedder, settings: IndexSettings
+    conn: Connection,
+    batch: Sequence[PreparedRecord],
+    embedder: Embedder,
+    settings: IndexSettings,
+    *,
+    deferred: bool = False,
 ) -> tuple[list[tuple[str, RecordOutcome]], int, int]:
     """Write one batch inside the caller's transaction: unchanged rows are skipped entirely.
 
+    ``deferred``: documents change now (visibility included) and an index job is queued;
+    their old index entries stay searchable, reported ``pending``, unless the new record
+    masks different fields — then they are removed, since they may hold what is now masked.
     Returns outcomes in input order, chunks written and embeddings computed.
     """
     ids = [p.record.document_id for p in batch]
@@ -268,8 +354,9 @@ def write_batch(
         row.doc_id: row
         for row in conn.execute(
             text(
-                "SELECT doc_id, record_hash, indexed_config_revision FROM documents "
-                "WHERE doc_id = ANY(:ids) FOR UPDATE"
+                "SELECT doc_id, record_hash, content_id, indexed_content_id, "
+                "indexed_config_revision, field_mask, pii_flags, lifecycle FROM documents "
+                "WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
             ).bindparams(bindparam("ids", type_=ARRAY(Text))),
             {"ids": ids},
         )
@@ -281,7 +368,8 @@ def write_batch(
         if (
             old is not None
             and old.record_hash == p.hash
-            and (old.indexed_config_revision == settings.revision)
+            and old.indexed_content_id == old.content_id
+            and old.indexed_config_revision == settings.revision
         ):
             outcomes.append((p.record.document_id, RecordOutcome.UNCHANGED))
             continue
@@ -294,29 +382,91 @@ def write_batch(
         changed.append(p)
     if not changed:
         return outcomes, 0, 0
-    texts = [t for p in changed for t in p.index_texts]
+    rows = json.dumps(
+        [{**p.row, "record_hash": p.hash} for p in changed],
+        default=_json_default,
+        ensure_ascii=False,
+    )
+    changed_ids = [p.record.document_id for p in changed]
+    written = 0
+    if deferred:
+        conn.execute(_UPSERT_DOCS_DEFERRED, {"rows": rows})
+        remask = [
+            p.record.document_id
+            for p in changed
+            if (old := existing.get(p.record.document_id)) is not None
+            and (
+                old.lifecycle == "deleted"  # a deleted body must never come back
+                or set(old.field_mask) | set(old.pii_flags) != p.record.masked_fields
+            )
+        ]
+        if remask:
+            conn.execute(STATS_DELTA, {"ids": remask, "sign": -1})
+            conn.execute(_DELETE_CHUNKS, {"ids": remask})
+            conn.execute(
+                text(
+                    "UPDATE documents SET indexed_content_id = NULL, "
+                    "indexed_config_revision = NULL WHERE doc_id = ANY(:ids)"
+                ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+                {"ids": remask},
+            )
+        conn.execute(STATS_DELTA, {"ids": changed_ids, "sign": -1})
+        conn.execute(SYNC_COPIES, {"ids": changed_ids})
+        conn.execute(STATS_DELTA, {"ids": changed_ids, "sign": 1})
+        conn.execute(ENQUEUE_INDEX, {"ids": changed_ids, "revision": settings.revision})
+    else:
+        sources = [
+            ChunkSource(
+                doc_id=p.record.document_id,
+                content_id=p.record.content_id,
+                permission_scope=p.record.permission_scope,
+                lifecycle=p.record.lifecycle.value,
+                chunks=p.chunks,
+                index_texts=p.index_texts,
+            )
+            for p in changed
+        ]
+        vectors = embed_sources(sources, embedder, settings)
+        conn.execute(_UPSERT_DOCS, {"rows": rows, "revision": settings.revision})
+        written = replace_chunks(conn, sources, vectors, settings)
+    pairs = [(old, p.record.document_id) for p in changed for old in p.record.supersedes]
+    if pairs:
+        old_ids = [a for a, _ in pairs]
+        conn.execute(STATS_DELTA, {"ids": old_ids, "sign": -1})
+        conn.execute(_SUPERSEDE_DOCS, {"old_ids": old_ids, "successors": [b for _, b in pairs]})
+        conn.execute(_SUPERSEDE_CHUNKS, {"old_ids": old_ids})
+        conn.execute(LIFECYCLE_POSTINGS, {"ids": old_ids, "state": "superseded"})
+        conn.execute(STATS_DELTA, {"ids": old_ids, "sign": 1})
+    return outcomes, written, written
+
+
+def embed_sources(
+    sources: Sequence[ChunkSource], embedder: Embedder, settings: IndexSettings
+) -> np.ndarray[Any, Any]:
+    """One embedder call for every chunk of ``sources``, shape-checked."""
+    texts = [t for s in sources for t in s.index_texts]
+    if not texts:
+        return np.zeros((0, settings.dimension), dtype=np.float32)
     vectors = embedder.embed_documents(texts)
     if vectors.shape != (len(texts), settings.dimension):
         raise ValueError(
             f"embedder returned shape {vectors.shape}, expected "
             f"({len(texts)}, {settings.dimension})"
         )
-    rows = [{**p.row, "record_hash": p.hash} for p in changed]
-    conn.execute(
-        _UPSERT_DOCS,
-        {
-            "rows": json.dumps(rows, default=_json_default, ensure_ascii=False),
-            "revision": settings.revision,
-        },
-    )
-    changed_ids = [p.record.document_id for p in changed]
-    conn.execute(STATS_DELTA, {"ids": changed_ids, "sign": -1})
-    conn.execute(
-        text("DELETE FROM chunks WHERE doc_id = ANY(:ids)").bindparams(
-            bindparam("ids", type_=ARRAY(Text))
-        ),
-        {"ids": changed_ids},
-    )
+    return vectors
+
+
+def replace_chunks(
+    conn: Connection,
+    sources: Sequence[ChunkSource],
+    vectors: np.ndarray[Any, Any],
+    settings: IndexSettings,
+) -> int:
+    """Swap the index entries of ``sources`` for new ones, statistics and postings included,
+    and record what they were built from. Returns the number of chunks written."""
+    ids = [s.doc_id for s in sources]
+    conn.execute(STATS_DELTA, {"ids": ids, "sign": -1})
+    conn.execute(_DELETE_CHUNKS, {"ids": ids})
     cols: dict[str, list[Any]] = {
         k: []
         for k in (
@@ -333,34 +483,31 @@ def write_batch(
         )
     }
     i = 0
-    for p in changed:
-        for chunk, index_text in zip(p.chunks, p.index_texts, strict=True):
-            cols["doc_ids"].append(p.record.document_id)
+    for s in sources:
+        for chunk, index_text in zip(s.chunks, s.index_texts, strict=True):
+            cols["doc_ids"].append(s.doc_id)
             cols["ordinals"].append(chunk.ordinal)
             cols["starts"].append(chunk.start_byte)
             cols["ends"].append(chunk.end_byte)
             cols["texts"].append(chunk.text)
             cols["index_texts"].append(index_text)
             cols["embeddings"].append(_vector_literal(vectors[i]))
-            cols["scopes"].append(p.record.permission_scope)
-            cols["lifecycles"].append(p.record.lifecycle.value)
-            cols["content_ids"].append(p.record.content_id)
+            cols["scopes"].append(s.permission_scope)
+            cols["lifecycles"].append(s.lifecycle)
+            cols["content_ids"].append(s.content_id)
             i += 1
     conn.execute(
         _INSERT_CHUNKS,
         {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
     )
-    conn.execute(_INSERT_POSTINGS, {"ids": changed_ids})
-    conn.execute(STATS_DELTA, {"ids": changed_ids, "sign": 1})
-    pairs = [(old, p.record.document_id) for p in changed for old in p.record.supersedes]
-    if pairs:
-        old_ids = [a for a, _ in pairs]
-        conn.execute(STATS_DELTA, {"ids": old_ids, "sign": -1})
-        conn.execute(_SUPERSEDE_DOCS, {"old_ids": old_ids, "successors": [b for _, b in pairs]})
-        conn.execute(_SUPERSEDE_CHUNKS, {"old_ids": old_ids})
-        conn.execute(LIFECYCLE_POSTINGS, {"ids": old_ids, "state": "superseded"})
-        conn.execute(STATS_DELTA, {"ids": old_ids, "sign": 1})
-    return outcomes, len(texts), len(texts)
+    conn.execute(_INSERT_POSTINGS, {"ids": ids})
+    conn.execute(STATS_DELTA, {"ids": ids, "sign": 1})
+    conn.execute(
+        _SET_INDEXED,
+        {"ids": ids, "content_ids": [s.content_id for s in sources], "revision": settings.revision},
+    )
+    conn.execute(_SETTLE_INDEX_JOBS, {"ids": ids})
+    return i
 
 
 def _json_default(value: object) -> object:

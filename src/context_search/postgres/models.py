@@ -78,6 +78,7 @@ class IndexConfigRow(Base):
     )
 
     revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    config_id: Mapped[str] = mapped_column(unique=True)
     embedding_model: Mapped[str]
     dimension: Mapped[int] = mapped_column(Integer)
     chunk_bytes: Mapped[int] = mapped_column(Integer)
@@ -201,13 +202,23 @@ class GapRow(Base):
 
 
 class IndexJobRow(Base):
-    """Deferred index work (purge, re-embed); workers claim rows with SKIP LOCKED."""
+    """Deferred index work and the propagation record of visibility changes.
+
+    Workers claim rows with ``FOR UPDATE SKIP LOCKED`` and hold a lease; ``scopes`` are the
+    permission scopes the job concerns (row-level security shows a reader only its own).
+    """
 
     __tablename__ = "index_jobs"
     __table_args__ = (
         CheckConstraint("status IN ('pending', 'running', 'done', 'failed')", name="status"),
-        Index(None, "status", "job_id"),
+        Index(None, "status", "run_after"),
         Index(None, "doc_id"),
+        Index(
+            "ux_index_jobs_pending_index",
+            "doc_id",
+            unique=True,
+            postgresql_where=text("kind = 'index' AND status = 'pending'"),
+        ),
     )
 
     job_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -217,9 +228,15 @@ class IndexJobRow(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(nullable=True)
     config_revision: Mapped[int | None] = mapped_column(nullable=True)
-    enqueued_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    requested_at: Mapped[datetime] = mapped_column(server_default=func.now())
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
-    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    done_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    visible_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    run_after: Mapped[datetime] = mapped_column(server_default=func.now())
+    lease_until: Mapped[datetime | None] = mapped_column(nullable=True)
+    worker_id: Mapped[str | None] = mapped_column(nullable=True)
+    scopes: Mapped[list[str]] = mapped_column(default=list)
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
 class PostingRow(Base):

@@ -22,7 +22,22 @@ from sqlalchemy.types import Text
 
 from context_search.validation import FILTER_FIELDS, FilterClause
 
-__all__ = ["FusionSettings", "build_filter_sql", "hybrid_search_sql"]
+__all__ = ["EVIDENCE_SQL", "FusionSettings", "build_filter_sql", "hybrid_search_sql"]
+
+#: Evidence of explicit targets and pinned documents, in the search's transaction.
+EVIDENCE_SQL = text(
+    """
+    SELECT d.doc_id, d.content_id, d.source_revision, d.indexed_content_id,
+           ic.config_id AS indexed_config_id,
+           (SELECT j.status FROM index_jobs j
+            WHERE j.doc_id = d.doc_id AND j.kind = 'index' AND j.status <> 'done'
+            ORDER BY j.job_id DESC LIMIT 1) AS job_status
+    FROM documents d
+    LEFT JOIN index_configs ic ON ic.revision = d.indexed_config_revision
+    WHERE d.doc_id = ANY(CAST(:ids AS text[])) AND d.lifecycle <> 'deleted'
+      AND d.permission_scope = ANY(CAST(:scopes AS text[]))
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("scopes", type_=ARRAY(Text)))
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -265,15 +280,32 @@ stats AS (
            (SELECT count(*) FROM lexical) AS lexical_pool,
            (SELECT count(*) FROM vector) AS vector_pool,
            clock_timestamp() AS observed_at,
-           (SELECT revision FROM index_configs WHERE active) AS active_revision
+           (SELECT config_id FROM index_configs WHERE active) AS active_config,
+           jobs.*
+    FROM (
+        -- Propagation state over jobs about the caller's scopes only.
+        SELECT count(*) FILTER (WHERE j.status = 'pending') AS jobs_pending,
+               count(*) FILTER (WHERE j.status = 'running') AS jobs_running,
+               count(*) FILTER (WHERE j.status = 'failed') AS jobs_failed,
+               EXTRACT(EPOCH FROM clock_timestamp()
+                   - min(j.requested_at) FILTER (WHERE j.status = 'pending'))
+                   AS oldest_pending_seconds
+        FROM index_jobs j
+        WHERE j.status IN ('pending', 'running', 'failed')
+          AND j.scopes && CAST(:scopes AS text[])
+    ) jobs
 ),
 hits AS (
     SELECT f.*, d.title, d.source_system, d.source_uri, d.object_type, d.permission_scope,
-           d.lifecycle, d.updated_at, d.metadata, d.content_id,
-           d.indexed_content_id, d.indexed_config_revision,
+           d.lifecycle, d.updated_at, d.metadata, d.content_id, d.source_revision,
+           d.indexed_content_id, ic.config_id AS indexed_config_id,
+           (SELECT j.status FROM index_jobs j
+            WHERE j.doc_id = d.doc_id AND j.kind = 'index' AND j.status <> 'done'
+            ORDER BY j.job_id DESC LIMIT 1) AS job_status,
            c.ordinal AS chunk_ordinal, c.start_byte, c.end_byte, c.text AS snippet
     FROM fused f
     JOIN documents d ON d.doc_id = f.doc_id
+    LEFT JOIN index_configs ic ON ic.revision = d.indexed_config_revision
     JOIN chunks c ON c.doc_id = f.doc_id
                  AND c.ordinal = COALESCE(f.lexical_chunk, f.vector_chunk)
 )

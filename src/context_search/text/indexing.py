@@ -7,12 +7,14 @@ by the other. Masked ``title``/``summary`` never enter the searchable text; a ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from context_search.contract import ContextDocumentRecord
 from context_search.text.chunking import Chunk, chunk_text, validate_spans
 
-__all__ = ["SearchableChunks", "searchable_chunks"]
+__all__ = ["SearchableChunks", "searchable_chunks", "searchable_parts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,18 +27,39 @@ class SearchableChunks:
 def searchable_chunks(
     record: ContextDocumentRecord, index: int, *, chunk_bytes: int, chunk_overlap: int
 ) -> SearchableChunks:
-    masked = record.masked_fields
-    body = "" if "body" in masked else record.body
+    return searchable_parts(
+        title=record.title,
+        summary=record.summary,
+        body=record.body,
+        spans=record.chunks,
+        masked=record.masked_fields,
+        index=index,
+        chunk_bytes=chunk_bytes,
+        chunk_overlap=chunk_overlap,
+    )
+
+
+def searchable_parts(
+    *,
+    title: str,
+    summary: str,
+    body: str,
+    spans: Sequence[Sequence[int]] | None,
+    masked: AbstractSet[str],
+    index: int,
+    chunk_bytes: int,
+    chunk_overlap: int,
+) -> SearchableChunks:
+    """The same step from stored fields, for index jobs that rebuild a document's chunks."""
+    body = "" if "body" in masked else body
     header = "\n".join(
-        v
-        for k, v in (("title", record.title), ("summary", record.summary))
-        if k not in masked and v
+        v for k, v in (("title", title), ("summary", summary)) if k not in masked and v
     )
     chunks: list[Chunk] = []
     if body:
         chunks = (
-            validate_spans(body, record.chunks, index=index)
-            if record.chunks
+            validate_spans(body, [(int(a), int(b)) for a, b in spans], index=index)
+            if spans
             else chunk_text(body, max_bytes=chunk_bytes, overlap_bytes=chunk_overlap)
         )
     if not chunks:

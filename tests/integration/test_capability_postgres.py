@@ -1,0 +1,43 @@
+"""Capability recall on PostgreSQL: the reference connector's scenarios on a real server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from context_search import HashingEmbedder
+from context_search.postgres import PostgresSearchConnector
+from tests.unit.test_capability import (
+    build_index,
+    check_invalid_capability_writes_nothing,
+    check_out_of_scope_in_catalog,
+    check_provider_restriction,
+    check_stale_after_revision_change,
+)
+
+
+@pytest.fixture
+def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresSearchConnector]:
+    with PostgresSearchConnector.open(
+        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema
+    ) as connector:
+        yield connector
+
+
+def test_postgres_index_restricts_to_requested_providers(store: PostgresSearchConnector) -> None:
+    check_provider_restriction(build_index(store))
+
+
+def test_postgres_index_stale_revision_then_rebuild(store: PostgresSearchConnector) -> None:
+    check_stale_after_revision_change(build_index(store))
+
+
+def test_postgres_index_caller_scope_is_respected(store: PostgresSearchConnector) -> None:
+    check_out_of_scope_in_catalog(build_index(store))
+
+
+def test_postgres_index_rejects_invalid_capabilities_atomically(
+    store: PostgresSearchConnector,
+) -> None:
+    check_invalid_capability_writes_nothing(store)
