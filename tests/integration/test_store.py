@@ -13,6 +13,7 @@ from psycopg import sql
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.contract import index_config_revision
+from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine import create_store_engine, current_revision, downgrade, migrate
 from context_search.postgres.models import Base
@@ -466,8 +467,10 @@ def test_config_change_marks_evidence_stale(pg_dsn: str, pg_schema: str) -> None
         text_search_config="english",
     )
     assert [d.freshness for d in before.documents] == ["fresh"]
+    with pytest.raises(RetrieverUnconfiguredError):  # a config change must be asked for
+        PostgresSearchConnector.open(pg_dsn, embedder=embedder, schema=pg_schema, chunk_bytes=600)
     with PostgresSearchConnector.open(
-        pg_dsn, embedder=embedder, schema=pg_schema, chunk_bytes=600
+        pg_dsn, embedder=embedder, schema=pg_schema, chunk_bytes=600, reconfigure=True
     ) as second:
         stale = second.search(query).evidence
         assert stale.config_revision != before.config_revision
@@ -480,7 +483,9 @@ def test_config_change_marks_evidence_stale(pg_dsn: str, pg_schema: str) -> None
         assert [d.freshness for d in after.documents] == ["fresh"]
         assert after.documents[0].indexed_config_revision == stale.config_revision
         assert after.propagation.pending == 0
-    with PostgresSearchConnector.open(pg_dsn, embedder=embedder, schema=pg_schema) as again:
+    with PostgresSearchConnector.open(
+        pg_dsn, embedder=embedder, schema=pg_schema, reconfigure=True
+    ) as again:
         back = again.search(query).evidence
         assert back.config_revision == before.config_revision
         assert [d.freshness for d in back.documents] == ["pending"]

@@ -6,6 +6,7 @@ import typer
 
 from context_search.cli import conformance as _conformance
 from context_search.cli import db as _db
+from context_search.cli import jobs as _jobs
 from context_search.cli import search as _search
 
 app = typer.Typer(
@@ -26,6 +27,8 @@ app.command("migrate")(_db.migrate_command)
 app.command("ingest")(_search.ingest)
 app.command("search")(_search.search)
 app.command("explain")(_search.explain)
+app.command("reindex")(_jobs.reindex)
+app.command("status")(_jobs.status)
 
 
 def main() -> None:

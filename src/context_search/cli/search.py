@@ -6,6 +6,7 @@ import enum
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,12 +40,14 @@ Scopes = Annotated[list[str], typer.Option("--scope", "-s", help="Caller scope (
 
 @contextmanager
 def _store(
-    dsn: str | None, schema: str, embedder: EmbedderChoice
+    dsn: str | None, schema: str, embedder: EmbedderChoice, *, reconfigure: bool = False
 ) -> Iterator[PostgresSearchConnector]:
     chosen: Embedder = (
         SentenceTransformerEmbedder() if embedder is EmbedderChoice.MINILM else HashingEmbedder()
     )
-    with PostgresSearchConnector.open(dsn, embedder=chosen, schema=schema) as store:
+    with PostgresSearchConnector.open(
+        dsn, embedder=chosen, schema=schema, reconfigure=reconfigure
+    ) as store:
         yield store
 
 
@@ -80,6 +83,10 @@ def ingest(
     schema: Schema = DEFAULT_SCHEMA,
     embedder: EmbedderOpt = EmbedderChoice.MINILM,
     batch_size: Annotated[int, typer.Option(help="Records per transaction.")] = 256,
+    defer_indexing: Annotated[
+        bool,
+        typer.Option("--defer-indexing", help="Store now; chunk and embed later with `reindex`."),
+    ] = False,
 ) -> None:
     """Upsert records from a JSONL file (idempotent; one transaction per batch)."""
     console = Console()
@@ -91,6 +98,7 @@ def ingest(
             report = store.upsert(
                 records,
                 batch_size=batch_size,
+                defer_indexing=defer_indexing,
                 progress=lambda done, _t: progress.update(task, completed=done),
             )
     except ContextSearchError as exc:
@@ -143,9 +151,11 @@ def search(
                         for h in resp.hits
                     ],
                     "stats": {k: getattr(resp.stats, k) for k in resp.stats.__dataclass_fields__},
+                    "evidence": asdict(resp.evidence),
                 },
                 ensure_ascii=False,
                 indent=2,
+                default=str,
             )
         )
         return

@@ -144,6 +144,7 @@ class PostgresSearchConnector:
         planner_settings: Mapping[str, str] | None = None,
         exact_threshold: int = 2000,
         lexical_per_term: int = 1000,
+        reconfigure: bool = False,
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
@@ -155,6 +156,12 @@ class PostgresSearchConnector:
         ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.
         ``{"hnsw.ef_search": "200"}`` or ``{"enable_seqscan": "off"}`` to force the HNSW
         index on a table small enough that the planner would otherwise scan it exactly.
+
+        The embedder, chunking and text-search settings make up the index configuration. A
+        schema has one active configuration; opening with different settings raises
+        ``RETRIEVER_UNCONFIGURED`` unless ``reconfigure=True``, which makes these settings
+        active for every process and queues re-embedding of all documents (until the jobs
+        ran, their evidence says ``pending``).
         """
         schema = validate_schema(schema or DEFAULT_SCHEMA)
         planner = dict(planner_settings or {})
@@ -172,7 +179,7 @@ class PostgresSearchConnector:
             if auto_migrate:
                 migrate(engine, schema=schema, dimension=embedder.dimension)
             settings = _activate_config(
-                engine, embedder, chunk_bytes, chunk_overlap, text_search_config
+                engine, embedder, chunk_bytes, chunk_overlap, text_search_config, reconfigure
             )
         except BaseException:
             engine.dispose()
@@ -734,7 +741,12 @@ def _document(row: Row[Any]) -> ContextDocument:
 
 
 def _activate_config(
-    engine: Engine, embedder: Embedder, chunk_bytes: int, chunk_overlap: int, ts_config: str
+    engine: Engine,
+    embedder: Embedder,
+    chunk_bytes: int,
+    chunk_overlap: int,
+    ts_config: str,
+    reconfigure: bool,
 ) -> IndexSettings:
     """Make the configuration for this embedder and chunking the active revision.
 
@@ -773,8 +785,18 @@ def _activate_config(
             text("SELECT revision, active FROM index_configs WHERE config_id = :c"),
             {"c": config_id},
         ).one_or_none()
+        active = conn.execute(
+            text("SELECT config_id, embedding_model FROM index_configs WHERE active")
+        ).one_or_none()
         if row is not None and row.active:
             revision = int(row.revision)
+        elif active is not None and not reconfigure:
+            raise RetrieverUnconfiguredError(
+                f"this index is configured for {active.embedding_model} with other chunking or "
+                "text-search settings; open it with the same settings, or pass "
+                "reconfigure=True to re-embed everything under these",
+                details={"active_config": active.config_id, "requested_config": config_id},
+            )
         else:
             conn.execute(text("UPDATE index_configs SET active = false WHERE active"))
             if row is not None:  # back to an earlier configuration: its entries count again

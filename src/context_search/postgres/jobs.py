@@ -70,8 +70,9 @@ _CLAIM = text(
 _COMPLETE = text(
     """
     UPDATE index_jobs
-    SET status = 'done', done_at = clock_timestamp(),
-        visible_at = COALESCE(visible_at, clock_timestamp()), lease_until = NULL
+    SET status = 'done', done_at = t.ts, visible_at = COALESCE(visible_at, t.ts),
+        lease_until = NULL
+    FROM (SELECT clock_timestamp() AS ts) t
     WHERE job_id = ANY(:ids) AND status = 'running' AND worker_id = :worker
     """
 ).bindparams(bindparam("ids", type_=ARRAY(BigInteger)))
