@@ -242,6 +242,10 @@ class SearchQuery:
     filters: Mapping[str, Any] = field(default_factory=dict)
     include_superseded: bool = False
     min_score: float | None = None
+    #: Floor on the vector arm's cosine similarity: less similar chunks are not vector
+    #: candidates. Nearest neighbours always exist, so without a floor a query about
+    #: nothing in the index still returns hits; with one, a true zero hit is possible.
+    min_similarity: float | None = None
     #: Restrict candidates to these document ids; the evidence then covers every readable
     #: target, hit or not (a true zero hit still proves what was searched).
     targets: Sequence[str] | None = None

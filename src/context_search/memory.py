@@ -590,7 +590,8 @@ class InMemorySearchConnector:
             if len(s.vectors):
                 per_chunk = s.vectors @ qvec
                 best = int(np.argmax(per_chunk))
-                sims.append((float(per_chunk[best]), best, s.record.document_id))
+                if vq.min_similarity is None or per_chunk[best] >= vq.min_similarity:
+                    sims.append((float(per_chunk[best]), best, s.record.document_id))
         sims.sort(key=lambda t: (-t[0], t[2]))
         for rank, (sim, chunk, doc_id) in enumerate(sims[: self._pool_size], 1):
             c = cands.setdefault(doc_id, _Candidate(doc_id=doc_id))

@@ -89,6 +89,7 @@ class ValidQuery:
     include_superseded: bool
     min_score: float | None
     targets: tuple[str, ...] | None = None
+    min_similarity: float | None = None
     require_fresh: bool = False
     pinned: tuple[tuple[str, str], ...] = ()
 
@@ -277,9 +278,21 @@ def validate_query(query: object) -> ValidQuery:
         include_superseded=query.include_superseded,
         min_score=min_score,
         targets=validate_targets(query.targets),
+        min_similarity=_similarity(query.min_similarity),
         require_fresh=query.require_fresh,
         pinned=_validate_pins(query.pinned_revisions),
     )
+
+
+def _similarity(value: object) -> float | None:
+    if value is None:
+        return None
+    sim = _check_number(value, name="min_similarity")
+    if not -1.0 <= sim <= 1.0:
+        raise InvalidQueryError(
+            "min_similarity must be between -1 and 1", details={"field": "min_similarity"}
+        )
+    return sim
 
 
 def validate_targets(targets: object) -> tuple[str, ...] | None:

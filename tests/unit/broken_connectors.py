@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from context_search import (
     ContextDocument,
     ContextDocumentRecord,
+    Freshness,
     GapReceipt,
     GapReport,
     IngestReport,
@@ -23,6 +24,7 @@ from context_search import (
     NotFoundError,
     RankExplanation,
     RecordOutcome,
+    ReindexReport,
     SearchQuery,
     SearchResponse,
 )
@@ -154,7 +156,9 @@ class DeleteAlwaysTrue(Broken):
 class IgnoresSupersedesField(Broken):
     catches = ("batch_supersede_via_record",)
 
-    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+    def upsert(
+        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+    ) -> IngestReport:
         return super().upsert([replace(r, supersedes=()) for r in records])
 
 
@@ -211,7 +215,9 @@ class IgnoresMasks(Broken):
         "filter_on_masked_field_does_not_match",
     )
 
-    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+    def upsert(
+        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+    ) -> IngestReport:
         return super().upsert([replace(r, field_mask=(), pii_flags=()) for r in records])
 
 
@@ -268,10 +274,12 @@ class NonAtomicUpsert(Broken):
 
     catches = ("invalid_record_writes_nothing",)
 
-    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+    def upsert(
+        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+    ) -> IngestReport:
         outcomes: list[tuple[str, RecordOutcome]] = []
         for r in records:
-            outcomes.extend(super().upsert([r]).outcomes)
+            outcomes.extend(super().upsert([r], defer_indexing=defer_indexing).outcomes)
         return IngestReport(outcomes=tuple(outcomes), chunks_written=0, embeddings_computed=0)
 
 
@@ -295,13 +303,90 @@ class NotIdempotent(Broken):
 
     catches = ("upsert_is_idempotent",)
 
-    def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport:
+    def upsert(
+        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+    ) -> IngestReport:
         for r in records:
             self._docs.pop(r.document_id, None)
-        report = super().upsert(records)
+        report = super().upsert(records, defer_indexing=defer_indexing)
         return replace(
             report, outcomes=tuple((d, RecordOutcome.UPDATED) for d, _ in report.outcomes)
         )
+
+
+class AlwaysFresh(Broken):
+    """Reports every document fresh, whatever its index entries were built from."""
+
+    catches = ("stale_evidence_detected", "deferred_new_document_is_pending_target")
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(replace(query, require_fresh=False))
+        docs = tuple(
+            replace(d, freshness=Freshness.FRESH, indexed_content_id=d.content_id)
+            for d in resp.evidence.documents
+        )
+        return replace(resp, evidence=replace(resp.evidence, documents=docs))
+
+
+class IgnoresPins(Broken):
+    """Answers whatever revision the caller pinned."""
+
+    catches = ("pinned_revision_mismatch",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, pinned_revisions={}))
+
+
+class EvidenceOnlyForHits(Broken):
+    """Lists evidence for returned documents only, so a zero hit proves nothing."""
+
+    catches = ("zero_hits_carry_complete_evidence",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        hit_ids = {h.doc_id for h in resp.hits}
+        docs = tuple(d for d in resp.evidence.documents if d.doc_id in hit_ids)
+        return replace(resp, evidence=replace(resp.evidence, documents=docs))
+
+
+class IgnoresTargets(Broken):
+    """Searches the whole visible index when explicit targets are given."""
+
+    catches = ("targets_restrict_and_hide_invisible",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, targets=None))
+
+
+class GlobalPropagation(Broken):
+    """Counts queued jobs of every scope."""
+
+    catches = ("propagation_counts_only_own_scopes",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        prop = replace(resp.evidence.propagation, pending=len(self._pending))
+        return replace(resp, evidence=replace(resp.evidence, propagation=prop))
+
+
+class LazyRescope(Broken):
+    """Moves the document only when the next reindex runs."""
+
+    catches = ("rescope_propagates_at_once",)
+    _moves: ClassVar[dict[str, str]] = {}
+
+    def rescope(self, doc_id: str, new_scope: str) -> bool:
+        stored = self._docs.get(doc_id)
+        if stored is None or stored.lifecycle is Lifecycle.DELETED:
+            return False
+        self._moves[doc_id] = new_scope
+        return True
+
+    def reindex(self, *, max_jobs: int | None = None) -> ReindexReport:
+        for doc_id, scope in self._moves.items():
+            super().rescope(doc_id, scope)
+        self._moves.clear()
+        return super().reindex(max_jobs=max_jobs)
 
 
 BROKEN: tuple[type[Broken], ...] = tuple(Broken.__subclasses__())

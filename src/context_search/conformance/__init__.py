@@ -11,7 +11,13 @@ Use it from any adapter's tests::
 or run the whole suite with :func:`run_conformance` (the CLI does this).
 """
 
-from context_search.conformance import cases_access, cases_input, cases_lifecycle, cases_results
+from context_search.conformance import (
+    cases_access,
+    cases_input,
+    cases_lifecycle,
+    cases_results,
+    cases_revisions,
+)
 from context_search.conformance._registry import (
     CASES,
     Case,
@@ -36,4 +42,4 @@ __all__ = [
     "standard_corpus",
 ]
 
-_GROUPS = (cases_access, cases_lifecycle, cases_results, cases_input)
+_GROUPS = (cases_access, cases_lifecycle, cases_results, cases_input, cases_revisions)

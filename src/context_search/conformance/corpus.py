@@ -25,6 +25,7 @@ def standard_corpus() -> list[ContextDocumentRecord]:
     return [
         ContextDocumentRecord(
             document_id="doc-team-aurora",
+            source_revision="wiki@42",
             title="Aurora runbook",
             body="The aurora service restarts nightly. Operators page the aurora on-call "
             "engineer when the restart fails twice.",
@@ -41,6 +42,7 @@ def standard_corpus() -> list[ContextDocumentRecord]:
         ),
         ContextDocumentRecord(
             document_id="doc-restricted-aurora",
+            source_revision="wiki@7",
             title="Aurora incident zanzibar postmortem",
             body="Confidential: the aurora outage was caused by the zanzibar credential "
             "rotation. Salaries of the aurora team are listed in the appendix.",

@@ -583,6 +583,7 @@ class PostgresSearchConnector:
             "exact_threshold": self._exact_threshold,
             "per_term": self._per_term,
             "chunk_pool": chunk_pool,
+            "min_sim": vq.min_similarity,
         }
         if self._fusion.method == "rrf":
             bind["rrf_k"] = self._fusion.rrf_k

@@ -259,6 +259,8 @@ vector AS (
         SELECT DISTINCT ON (doc_id) doc_id, 1 - distance AS vector_similarity,
                ordinal AS vector_chunk
         FROM nearest
+        WHERE CAST(:min_sim AS double precision) IS NULL
+           OR 1 - distance >= CAST(:min_sim AS double precision)
         ORDER BY doc_id, distance, ordinal
     ) best
     ORDER BY vector_similarity DESC, doc_id
