@@ -69,3 +69,55 @@ def test_ingest_search_explain_roundtrip(pg_dsn: str, pg_schema: str, tmp_path: 
     assert shown.exit_code == 0 and "rank=1" in shown.output
     bad = runner.invoke(app, ["search", "   ", "-s", "team", *common])
     assert bad.exit_code == 2 and "INVALID_QUERY" in bad.output
+
+
+@pytest.mark.integration
+def test_deferred_ingest_then_reindex_workers_and_status(
+    pg_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "records.jsonl"
+    data.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "document_id": f"doc-{i}",
+                    "body": f"Basalt storage note {i}.",
+                    "permission_scope": "team",
+                }
+            )
+            for i in range(30)
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    common = ["--dsn", pg_dsn, "--schema", pg_schema]
+    ingested = runner.invoke(
+        app, ["ingest", str(data), *common, "--embedder", "hashing", "--defer-indexing"]
+    )
+    assert ingested.exit_code == 0, ingested.output
+    assert "0 chunks embedded" in ingested.output
+    before = runner.invoke(app, ["status", *common, "--json"])
+    assert before.exit_code == 0, before.output
+    state = json.loads(before.output)
+    assert state["pending"] == 30 and state["live_documents"] == 30
+    assert [c[2] for c in state["coverage"]] == [0]  # nothing indexed yet
+    worked = runner.invoke(
+        app,
+        ["reindex", *common, "--embedder", "hashing", "--workers", "2", "--until-empty", "--json"],
+    )
+    assert worked.exit_code == 0, worked.output
+    summary = json.loads(worked.output.strip().splitlines()[-1])
+    assert summary["done"] == 30 and summary["pending"] == 0 and summary["failed"] == 0
+    after = runner.invoke(app, ["status", *common])
+    assert after.exit_code == 0, after.output
+    assert "0 pending" in after.output and "30 done" in after.output
+    found = runner.invoke(
+        app, ["search", "basalt", "-s", "team", *common, "--embedder", "hashing", "--json"]
+    )
+    assert found.exit_code == 0, found.output
+    payload = json.loads(found.output)
+    assert len(payload["hits"]) == 5
+    assert {d["freshness"] for d in payload["evidence"]["documents"]} == {"fresh"}
+    # Another embedder on the same index is refused with a code instead of re-embedding.
+    other = runner.invoke(app, ["search", "basalt", "-s", "team", *common, "--embedder", "minilm"])
+    assert other.exit_code == 2 and "RETRIEVER_UNCONFIGURED" in other.output
