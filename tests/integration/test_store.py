@@ -437,7 +437,28 @@ def test_scope_stats_and_postings_follow_every_write(
     assert kept == recount
     assert {(r[0], r[1]) for r in kept} >= {("team", "deleted"), ("team", "superseded")}
     assert stale == (0,)
-    assert jobs == [("purge", "doc-00002"), ("supersede", "doc-00003")]
+    assert jobs == [
+        ("purge", "doc-00002"),
+        ("supersede", "doc-00003"),
+        ("supersede", "doc-00005"),
+        ("supersede", "doc-00006"),
+    ]
+    assert store.reindex().done == 4
+    with psycopg.connect(pg_dsn) as conn:
+        kept = conn.execute(
+            sql.SQL(
+                "SELECT permission_scope, lifecycle, chunks, tokens FROM {}.scope_stats "
+                "WHERE chunks <> 0 ORDER BY 1, 2"
+            ).format(s)
+        ).fetchall()
+        recount = conn.execute(
+            sql.SQL(
+                "SELECT permission_scope, lifecycle, count(*), sum(token_count) FROM {}.chunks "
+                "GROUP BY 1, 2 ORDER BY 1, 2"
+            ).format(s)
+        ).fetchall()
+    assert kept == recount  # the purge took its chunks out of the counters too
+    assert ("team", "deleted") not in {(r[0], r[1]) for r in kept}
 
 
 def test_migrations_and_typed_models_agree(store: PostgresSearchConnector) -> None:

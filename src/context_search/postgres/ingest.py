@@ -312,6 +312,18 @@ _SUPERSEDE_DOCS = text(
     """
 ).bindparams(bindparam("old_ids", type_=ARRAY(Text)), bindparam("successors", type_=ARRAY(Text)))
 
+#: The propagation record of supersedes named by a record, like ``delete_or_supersede``'s.
+_RECORD_SUPERSEDES = text(
+    """
+    INSERT INTO index_jobs (kind, doc_id, config_revision, scopes, payload, visible_at)
+    SELECT 'supersede', d.doc_id, :revision, ARRAY[d.permission_scope],
+           jsonb_build_object('superseded_by', d.superseded_by), now()
+    FROM documents d
+    WHERE d.doc_id = ANY(:ids) AND d.lifecycle = 'superseded' AND d.modified_at = now()
+    ORDER BY d.doc_id
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("revision", type_=Integer))
+
 _SUPERSEDE_CHUNKS = text(
     "UPDATE chunks SET lifecycle = 'superseded' "
     "WHERE doc_id = ANY(:old_ids) AND lifecycle <> 'deleted'"
@@ -437,6 +449,7 @@ def write_batch(
         conn.execute(_SUPERSEDE_CHUNKS, {"old_ids": old_ids})
         conn.execute(LIFECYCLE_POSTINGS, {"ids": old_ids, "state": "superseded"})
         conn.execute(STATS_DELTA, {"ids": old_ids, "sign": 1})
+        conn.execute(_RECORD_SUPERSEDES, {"ids": old_ids, "revision": settings.revision})
     return outcomes, written, written
 
 
