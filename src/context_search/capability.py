@@ -28,7 +28,6 @@ from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 from context_search.contract import (
-    ContextDocument,
     ContextDocumentRecord,
     IngestReport,
     SearchQuery,
@@ -412,17 +411,13 @@ def _check(
 class CapabilityStore(Protocol):
     """The part of :class:`~context_search.contract.SearchConnector` an index needs.
 
-    Every ``SearchConnector`` satisfies it; naming only three operations keeps the index
+    Every ``SearchConnector`` satisfies it; naming only two operations keeps the index
     usable with any of them, and says the index never deletes or re-scopes anything.
     """
 
     def upsert(self, records: Sequence[ContextDocumentRecord]) -> IngestReport: ...
 
     def search(self, query: SearchQuery) -> SearchResponse: ...
-
-    def get_document(
-        self, doc_id: str, allowed_scopes: Sequence[str]
-    ) -> ContextDocument | None: ...
 
 
 class SearchCapabilityIndex:
@@ -493,12 +488,8 @@ class SearchCapabilityIndex:
         return self._connector.upsert(records)
 
     def retrieve(self, query: CapabilityQuery) -> Sequence[CapabilityCandidate]:
-        """Search within the query's providers; each revision is read back from the index.
-
-        The revision comes from the stored record (``get_document``), one read per hit,
-        because hits do not carry it; a record that vanished in between is omitted, as a
-        deleted record would be.
-        """
+        """Search within the query's providers; each revision is the one recorded at index
+        time, read from the response's evidence (same snapshot as the hits)."""
         response = self._connector.search(
             SearchQuery(
                 query=query.text,
@@ -510,19 +501,14 @@ class SearchCapabilityIndex:
                 },
             )
         )
-        candidates: list[CapabilityCandidate] = []
-        for hit in response.hits:
-            document = self._connector.get_document(hit.doc_id, self._scopes)
-            if document is None:
-                continue
-            candidates.append(
-                CapabilityCandidate(
-                    id=hit.doc_id,
-                    score=hit.score,
-                    source_static_revision=document.source_revision,
-                )
+        revisions = {d.doc_id: d.source_revision for d in response.evidence.documents}
+        return [
+            CapabilityCandidate(
+                id=hit.doc_id, score=hit.score, source_static_revision=revisions[hit.doc_id]
             )
-        return candidates
+            for hit in response.hits
+            if hit.doc_id in revisions
+        ]
 
 
 def _check_capability(index: int, cap: object) -> None:
