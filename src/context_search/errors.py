@@ -57,6 +57,8 @@ class ContextSearchError(Exception):
     """
 
     code: ClassVar[str] = "CONTEXT_SEARCH_ERROR"
+    #: One line telling a person what to do about it (shown by the CLI).
+    hint: ClassVar[str] = ""
 
     def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -92,51 +94,64 @@ def error_class_for(code: str) -> type[ContextSearchError]:
 
 class InvalidQueryError(ContextSearchError, ValueError):
     code = "INVALID_QUERY"
+    hint = "check the query text, top_k, scopes and other SearchQuery fields named in details"
 
 
 class InvalidFilterError(ContextSearchError, ValueError):
     code = "INVALID_FILTER"
+    hint = "use a documented filter field (details.allowed) with a value of its type"
 
 
 class InvalidRecordError(ContextSearchError, ValueError):
     code = "INVALID_RECORD"
+    hint = "fix the record named in details (field, line or index) and ingest again"
 
 
 class NotFoundError(ContextSearchError, LookupError):
     code = "NOT_FOUND"
+    hint = "check the id and the scopes you search with; invisible documents look missing"
 
 
 class IndexStaleError(ContextSearchError):
     code = "INDEX_STALE"
+    hint = "run `context-search reindex` (or wait for the workers), then ask again"
 
 
 class RevisionMismatchError(ContextSearchError):
     code = "REVISION_MISMATCH"
+    hint = "re-read the document for its current source_revision, or drop the pin"
 
 
 class RetrieverUnconfiguredError(ContextSearchError):
     code = "RETRIEVER_UNCONFIGURED"
+    hint = "open the index with its configured embedder and settings, or configure a retriever"
 
 
 class BackendUnavailableError(ContextSearchError, ConnectionError):
     code = "BACKEND_UNAVAILABLE"
+    hint = "start PostgreSQL or set CONTEXT_SEARCH_DSN / --dsn to a reachable server"
 
 
 class BackendError(ContextSearchError, RuntimeError):
     code = "BACKEND_ERROR"
+    hint = "see the server log; the request was rolled back and can be retried"
 
 
 class DuplicateRequestError(ContextSearchError):
     code = "DUPLICATE_REQUEST"
+    hint = "this exact request already ran in this context; change it or start a new context"
 
 
 class QuotaExceededError(ContextSearchError):
     code = "QUOTA_EXCEEDED"
+    hint = "the per-request retrieval quota is used up; start a new request"
 
 
 class UnauthorizedError(ContextSearchError, PermissionError):
     code = "UNAUTHORIZED"
+    hint = "the caller may not do this; check its scopes and the listed targets"
 
 
 class InvalidResultError(ContextSearchError):
     code = "INVALID_RESULT"
+    hint = "the backend broke the contract; report it to the backend's owner"

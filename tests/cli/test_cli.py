@@ -54,7 +54,7 @@ def test_ingest_search_explain_roundtrip(pg_dsn: str, pg_schema: str, tmp_path: 
     assert migrated.exit_code == 0 and "revision 0004" in migrated.output
     ingested = runner.invoke(app, ["ingest", str(data), *common])
     assert ingested.exit_code == 0, ingested.output
-    assert "2 inserted" in ingested.output
+    assert "2 new" in ingested.output
     again = runner.invoke(app, ["ingest", str(data), *common])
     assert "2 unchanged" in again.output
     found = runner.invoke(app, ["search", "aurora", "-s", "team", "--json", *common])
@@ -63,12 +63,12 @@ def test_ingest_search_explain_roundtrip(pg_dsn: str, pg_schema: str, tmp_path: 
     assert [h["doc_id"] for h in payload["hits"]] == ["a"]
     hidden = runner.invoke(app, ["explain", "b", "aurora", "-s", "team", *common])
     missing = runner.invoke(app, ["explain", "zz", "aurora", "-s", "team", *common])
-    assert hidden.exit_code == missing.exit_code == 2
+    assert hidden.exit_code == missing.exit_code == 3
     assert "NOT_FOUND" in hidden.output
     shown = runner.invoke(app, ["explain", "a", "aurora", "-s", "team", *common])
     assert shown.exit_code == 0 and "rank=1" in shown.output
     bad = runner.invoke(app, ["search", "   ", "-s", "team", *common])
-    assert bad.exit_code == 2 and "INVALID_QUERY" in bad.output
+    assert bad.exit_code == 3 and "INVALID_QUERY" in bad.output
 
 
 @pytest.mark.integration
@@ -95,12 +95,14 @@ def test_deferred_ingest_then_reindex_workers_and_status(
         app, ["ingest", str(data), *common, "--embedder", "hashing", "--defer-indexing"]
     )
     assert ingested.exit_code == 0, ingested.output
-    assert "0 chunks embedded" in ingested.output
+    assert "0 chunks written" in ingested.output
     before = runner.invoke(app, ["status", *common, "--json"])
     assert before.exit_code == 0, before.output
     state = json.loads(before.output)
-    assert state["pending"] == 30 and state["live_documents"] == 30
-    assert [c[2] for c in state["coverage"]] == [0]  # nothing indexed yet
+    jobs = state["jobs"]
+    assert jobs["pending"] == 30 and jobs["live_documents"] == 30
+    assert state["up_to_date"] is True and state["documents"][0]["documents"] == 30
+    assert [c[2] for c in jobs["coverage"]] == [0]  # nothing indexed yet
     worked = runner.invoke(
         app,
         ["reindex", *common, "--embedder", "hashing", "--workers", "2", "--until-empty", "--json"],
@@ -120,4 +122,5 @@ def test_deferred_ingest_then_reindex_workers_and_status(
     assert {d["freshness"] for d in payload["evidence"]["documents"]} == {"fresh"}
     # Another embedder on the same index is refused with a code instead of re-embedding.
     other = runner.invoke(app, ["search", "basalt", "-s", "team", *common, "--embedder", "minilm"])
-    assert other.exit_code == 2 and "RETRIEVER_UNCONFIGURED" in other.output
+    assert other.exit_code == 3 and "RETRIEVER_UNCONFIGURED" in other.output
+    assert "hint:" in other.output and "Traceback" not in other.output

@@ -6,7 +6,9 @@ import typer
 
 from context_search.cli import conformance as _conformance
 from context_search.cli import db as _db
+from context_search.cli import ingest as _ingest
 from context_search.cli import jobs as _jobs
+from context_search.cli import manage as _manage
 from context_search.cli import search as _search
 
 app = typer.Typer(
@@ -24,9 +26,14 @@ def _root() -> None:
 
 app.command("conformance")(_conformance.conformance)
 app.command("migrate")(_db.migrate_command)
-app.command("ingest")(_search.ingest)
+app.command("ingest")(_ingest.ingest)
 app.command("search")(_search.search)
 app.command("explain")(_search.explain)
+app.command("get")(_search.get)
+app.command("delete")(_manage.delete)
+app.command("supersede")(_manage.supersede)
+app.command("rescope")(_manage.rescope)
+app.command("gap")(_manage.gap)
 app.command("reindex")(_jobs.reindex)
 app.command("status")(_jobs.status)
 

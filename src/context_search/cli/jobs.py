@@ -12,13 +12,26 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy import text
 
-from context_search.cli.search import Dsn, EmbedderChoice, EmbedderOpt, Schema, _fail, _store
+from context_search.cli.common import (
+    DEFAULT_SCHEMA,
+    EXIT_FAILED,
+    Dsn,
+    EmbedderChoice,
+    EmbedderOpt,
+    JsonOpt,
+    Schema,
+    Verbose,
+    cli_errors,
+    echo_json,
+    open_store,
+)
 from context_search.errors import ContextSearchError
-from context_search.postgres.engine import create_store_engine
+from context_search.postgres.engine import create_store_engine, current_revision, head_revision
 from context_search.postgres.jobs import queue_status
 from context_search.postgres.server import resolve_server
-from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
+from context_search.postgres.settings import validate_schema
 
 
 def reindex(
@@ -44,7 +57,8 @@ def reindex(
             help="Make this embedder's settings the index configuration and re-embed all.",
         ),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    as_json: JsonOpt = False,
+    verbose: Verbose = False,
 ) -> None:
     """Run index workers (deferred ingestion, purges, propagation checks, config changes)."""
     console = Console(stderr=as_json)
@@ -52,62 +66,62 @@ def reindex(
     lock = threading.Lock()
     stop = threading.Event()
     errors: list[ContextSearchError] = []
-    try:
-        with _store(dsn, schema, embedder, reconfigure=reconfigure) as store:
-            start = queue_status(store.engine)
+    with (
+        cli_errors(as_json=as_json, verbose=verbose),
+        open_store(dsn, schema, embedder, reconfigure=reconfigure) as store,
+    ):
+        start = queue_status(store.engine)
 
-            def work() -> None:
-                worker = store.worker(lease_seconds=lease, max_attempts=max_attempts)
-                try:
-                    while not stop.is_set():
-                        report = worker.drain()
-                        with lock:
-                            totals["done"] += report.done
-                            totals["retried"] += report.retried
-                            totals["failed"] += report.failed
-                        if report.done + report.retried + report.failed == 0:
-                            if until_empty and report.remaining == 0:
-                                return
-                            stop.wait(poll)
-                except ContextSearchError as exc:
-                    errors.append(exc)
-                    stop.set()
+        def work() -> None:
+            worker = store.worker(lease_seconds=lease, max_attempts=max_attempts)
+            try:
+                while not stop.is_set():
+                    report = worker.drain()
+                    with lock:
+                        totals["done"] += report.done
+                        totals["retried"] += report.retried
+                        totals["failed"] += report.failed
+                    if report.done + report.retried + report.failed == 0:
+                        if until_empty and report.remaining == 0:
+                            return
+                        stop.wait(poll)
+            except ContextSearchError as exc:
+                errors.append(exc)
+                stop.set()
 
-            threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
-            columns = (
-                TextColumn("reindex"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("retried {task.fields[retried]} failed {task.fields[failed]}"),
-                TimeElapsedColumn(),
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(workers)]
+        columns = (
+            TextColumn("reindex"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("retried {task.fields[retried]} failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console, disable=as_json) as progress:
+            task = progress.add_task(
+                "jobs", total=start.pending + start.running, retried=0, failed=0
             )
-            with Progress(*columns, console=console, disable=as_json) as progress:
-                task = progress.add_task(
-                    "jobs", total=start.pending + start.running, retried=0, failed=0
-                )
+            for t in threads:
+                t.start()
+            try:
+                while any(t.is_alive() for t in threads):
+                    with lock:
+                        finished = totals["done"] + totals["failed"]
+                        progress.update(
+                            task,
+                            completed=finished,
+                            total=max(finished, start.pending + start.running),
+                            retried=totals["retried"],
+                            failed=totals["failed"],
+                        )
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                stop.set()
                 for t in threads:
-                    t.start()
-                try:
-                    while any(t.is_alive() for t in threads):
-                        with lock:
-                            finished = totals["done"] + totals["failed"]
-                            progress.update(
-                                task,
-                                completed=finished,
-                                total=max(finished, start.pending + start.running),
-                                retried=totals["retried"],
-                                failed=totals["failed"],
-                            )
-                        time.sleep(0.2)
-                except KeyboardInterrupt:
-                    stop.set()
-                    for t in threads:
-                        t.join()
-            if errors:
-                raise errors[0]
-            end = queue_status(store.engine)
-    except ContextSearchError as exc:
-        raise _fail(exc) from exc
+                    t.join()
+        if errors:
+            raise errors[0]
+        end = queue_status(store.engine)
     summary = {**totals, "pending": end.pending, "running": end.running, "failed_total": end.failed}
     if as_json:
         typer.echo(json.dumps(summary))
@@ -117,29 +131,71 @@ def reindex(
             f"queue: {end.pending} pending, {end.running} running, {end.failed} failed"
         )
     if totals["failed"]:
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=EXIT_FAILED)
 
 
 def status(
     dsn: Dsn = None,
     schema: Schema = DEFAULT_SCHEMA,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    as_json: JsonOpt = False,
+    verbose: Verbose = False,
 ) -> None:
-    """Job queue (pending / running / failed, lag) and per-config index coverage; read-only."""
-    try:
+    """Server, schema revision, documents by scope and lifecycle, config coverage, job queue
+    and lag. Read-only: it never activates a configuration or migrates."""
+    with cli_errors(as_json=as_json, verbose=verbose):
         validate_schema(schema)
-        engine = create_store_engine(resolve_server(dsn).dsn, schema=schema)
+        server = resolve_server(dsn)
+        engine = create_store_engine(server.dsn, schema=schema)
         try:
-            st = queue_status(engine)
+            revision = current_revision(engine, schema=schema)
+            st = queue_status(engine) if revision is not None else None
+            with engine.connect() as conn:
+                counts = (
+                    [
+                        (r[0], r[1], int(r[2]), int(r[3]))
+                        for r in conn.execute(
+                            text(
+                                "SELECT d.permission_scope, d.lifecycle, count(*), "
+                                "COALESCE(sum((SELECT count(*) FROM chunks c "
+                                "WHERE c.doc_id = d.doc_id)), 0) "
+                                "FROM documents d GROUP BY 1, 2 ORDER BY 1, 2"
+                            )
+                        )
+                    ]
+                    if revision is not None
+                    else []
+                )
         finally:
             engine.dispose()
-    except ContextSearchError as exc:
-        raise _fail(exc) from exc
-    active = next((c for c, is_active, _ in st.coverage if is_active), None)
+    head = head_revision()
+    report = {
+        "server": server.description,
+        "schema": schema,
+        "schema_revision": revision,
+        "head_revision": head,
+        "up_to_date": revision == head,
+        "documents": [
+            {"scope": s, "lifecycle": lc, "documents": n, "chunks": c} for s, lc, n, c in counts
+        ],
+        "jobs": asdict(st) if st is not None else None,
+    }
     if as_json:
-        typer.echo(json.dumps({**asdict(st), "active_config": active}, default=str))
+        echo_json(report)
         return
     console = Console()
+    console.print(
+        f"{server.description}\nschema {schema}: revision {revision or 'none'} "
+        f"(head {head}{'' if revision == head else ', run `context-search migrate`'})",
+        highlight=False,
+    )
+    if st is None:
+        return
+    docs = Table(title="documents")
+    for col in ("scope", "lifecycle", "documents", "chunks"):
+        docs.add_column(col)
+    for s, lc, n, c in counts:
+        docs.add_row(s, lc, str(n), str(c))
+    console.print(docs)
 
     def secs(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}s"
@@ -148,11 +204,12 @@ def status(
         f"jobs: {st.pending} pending, {st.running} running, {st.failed} failed, {st.done} done; "
         f"oldest pending {secs(st.oldest_pending_seconds)}; "
         f"request→visible p50 {secs(st.visible_lag_p50)}, request→done p50 "
-        f"{secs(st.done_lag_p50)} (max {secs(st.done_lag_max)})"
+        f"{secs(st.done_lag_p50)} (max {secs(st.done_lag_max)})",
+        highlight=False,
     )
     table = Table(title=f"index coverage ({st.live_documents} live documents)")
     for col in ("config revision", "active", "fresh documents"):
         table.add_column(col)
-    for config_id, is_active, docs in st.coverage:
-        table.add_row(config_id, "yes" if is_active else "", str(docs))
+    for config_id, is_active, n in st.coverage:
+        table.add_row(config_id, "yes" if is_active else "", str(n))
     console.print(table)

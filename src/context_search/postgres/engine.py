@@ -26,6 +26,7 @@ __all__ = [
     "create_store_engine",
     "current_revision",
     "downgrade",
+    "head_revision",
     "migrate",
     "translate_errors",
 ]
@@ -71,6 +72,14 @@ def downgrade(engine: Engine, *, schema: str = DEFAULT_SCHEMA, revision: str = "
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
         conn.commit()
+
+
+def head_revision() -> str:
+    """The newest migration shipped with this version of the package."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return str(head)
 
 
 def current_revision(engine: Engine, *, schema: str = DEFAULT_SCHEMA) -> str | None:

@@ -1,0 +1,154 @@
+"""Options every command shares, the store it opens, and how failures become exit codes.
+
+Exit codes (stable, documented in the README):
+
+====  ==============================================================================
+0     success
+1     the command ran but part of its work failed (bad ingest lines, failed jobs, a
+      failing conformance case)
+2     usage error (unknown option, missing argument)
+3     the request was refused: a ``ContextSearchError`` about input or state
+      (``INVALID_*``, ``NOT_FOUND``, ``INDEX_STALE``, ``REVISION_MISMATCH``, …)
+4     the backend is unavailable or failed (``BACKEND_UNAVAILABLE``, ``BACKEND_ERROR``)
+5     an unexpected internal error (a bug: run with ``--verbose`` and report it)
+====  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from context_search.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+from context_search.errors import BackendError, BackendUnavailableError, ContextSearchError
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.settings import DEFAULT_SCHEMA
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "EXIT_BACKEND",
+    "EXIT_FAILED",
+    "EXIT_INTERNAL",
+    "EXIT_REFUSED",
+    "Dsn",
+    "EmbedderChoice",
+    "EmbedderOpt",
+    "JsonOpt",
+    "Schema",
+    "Scopes",
+    "Verbose",
+    "cli_errors",
+    "echo_json",
+    "open_store",
+    "to_jsonable",
+]
+
+EXIT_FAILED = 1
+EXIT_REFUSED = 3
+EXIT_BACKEND = 4
+EXIT_INTERNAL = 5
+
+
+class EmbedderChoice(enum.StrEnum):
+    MINILM = "minilm"
+    HASHING = "hashing"
+
+
+Dsn = Annotated[
+    str | None,
+    typer.Option(
+        "--dsn",
+        envvar="CONTEXT_SEARCH_DSN",
+        help="PostgreSQL URI (default: $CONTEXT_SEARCH_DSN, else the embedded server).",
+        show_envvar=False,
+    ),
+]
+Schema = Annotated[str, typer.Option("--schema", help="Index schema (one index per schema).")]
+EmbedderOpt = Annotated[
+    EmbedderChoice,
+    typer.Option("--embedder", help="minilm (all-MiniLM-L6-v2, default) or hashing (fast)."),
+]
+Scopes = Annotated[list[str], typer.Option("--scope", "-s", help="Caller scope (repeatable).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Tracebacks and more detail.")]
+
+
+def make_embedder(choice: EmbedderChoice) -> Embedder:
+    return SentenceTransformerEmbedder() if choice is EmbedderChoice.MINILM else HashingEmbedder()
+
+
+@contextmanager
+def open_store(
+    dsn: str | None,
+    schema: str,
+    embedder: EmbedderChoice,
+    *,
+    reconfigure: bool = False,
+) -> Iterator[PostgresSearchConnector]:
+    with PostgresSearchConnector.open(
+        dsn, embedder=make_embedder(embedder), schema=schema, reconfigure=reconfigure
+    ) as store:
+        yield store
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, enums and datetimes of the contract as plain JSON values."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def echo_json(value: Any) -> None:
+    typer.echo(json.dumps(to_jsonable(value), ensure_ascii=False, indent=2, sort_keys=True))
+
+
+@contextmanager
+def cli_errors(*, as_json: bool = False, verbose: bool = False) -> Iterator[None]:
+    """Typed errors print their code, message and a fix hint, then exit 3 or 4; anything
+    else is a bug (exit 5). Tracebacks only with ``--verbose``."""
+    err = Console(stderr=True)
+    try:
+        yield
+    except ContextSearchError as exc:
+        if verbose:
+            err.print(traceback.format_exc(), markup=False, highlight=False)
+        code = (
+            EXIT_BACKEND
+            if isinstance(exc, BackendError | BackendUnavailableError)
+            else (EXIT_REFUSED)
+        )
+        if as_json:
+            typer.echo(json.dumps({"error": {**exc.to_dict(), "hint": exc.hint}}, default=str))
+        else:
+            err.print(f"[bold red]{exc.code}[/bold red] {exc.message}", highlight=False)
+            if exc.hint:
+                err.print(f"[dim]hint:[/dim] {exc.hint}", highlight=False)
+        raise typer.Exit(code=code) from None
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if verbose:
+            err.print(traceback.format_exc(), markup=False, highlight=False)
+        err.print(
+            f"[bold red]INTERNAL_ERROR[/bold red] {type(exc).__name__}: {exc}"
+            + ("" if verbose else " (run with --verbose for the traceback)"),
+            highlight=False,
+        )
+        raise typer.Exit(code=EXIT_INTERNAL) from None

@@ -1,0 +1,296 @@
+"""``context-search ingest``: JSONL records, a BEIR corpus, or a directory of notes.
+
+Every input item is parsed and validated before anything is written, so ``--on-error
+abort`` (the default) writes nothing when one item is bad, and ``--on-error skip`` writes
+exactly the good ones; either way each bad item is reported with its line number or path
+and the exit code is 1.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+
+from context_search.cli.common import (
+    DEFAULT_SCHEMA,
+    EXIT_FAILED,
+    Dsn,
+    EmbedderChoice,
+    EmbedderOpt,
+    JsonOpt,
+    Schema,
+    Verbose,
+    cli_errors,
+    echo_json,
+    open_store,
+)
+from context_search.contract import ContextDocumentRecord, Lifecycle, RecordOutcome
+from context_search.errors import ContextSearchError, InvalidRecordError
+from context_search.validation import validate_records
+
+__all__ = ["ingest", "load_items", "parse_record"]
+
+_TUPLES = ("tags", "entities", "pii_flags", "field_mask", "supersedes")
+_NOTE_SUFFIXES = (".md", ".markdown", ".txt")
+
+
+class SourceKind(enum.StrEnum):
+    AUTO = "auto"
+    JSONL = "jsonl"
+    BEIR = "beir"
+    DIR = "dir"
+
+
+class OnError(enum.StrEnum):
+    ABORT = "abort"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One input item: where it came from and the record, or why there is none."""
+
+    where: str
+    record: ContextDocumentRecord | None
+    error: str | None = None
+
+
+def parse_record(obj: Any, where: str) -> ContextDocumentRecord:
+    """A JSON object with ContextDocumentRecord fields (lists for tuples, ISO datetimes)."""
+    if not isinstance(obj, dict):
+        raise InvalidRecordError(f"{where}: expected a JSON object", details={"where": where})
+    try:
+        fields = dict(obj)
+        for name in _TUPLES:
+            if name in fields:
+                fields[name] = tuple(fields[name])
+        if "chunks" in fields and fields["chunks"] is not None:
+            fields["chunks"] = tuple(tuple(s) for s in fields["chunks"])
+        for name in ("created_at", "updated_at"):
+            if isinstance(fields.get(name), str):
+                fields[name] = datetime.fromisoformat(fields[name])
+        if "lifecycle" in fields:
+            fields["lifecycle"] = Lifecycle(fields["lifecycle"])
+        record = ContextDocumentRecord(**fields)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecordError(f"{where}: {exc}", details={"where": where}) from None
+    validate_records([record])
+    return record
+
+
+def _jsonl(path: Path) -> Iterator[Item]:
+    with path.open(encoding="utf-8", errors="strict") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"line {n}"
+            try:
+                yield Item(where, parse_record(json.loads(line), where))
+            except json.JSONDecodeError as exc:
+                yield Item(where, None, f"invalid JSON: {exc.msg} (column {exc.colno})")
+            except ContextSearchError as exc:
+                yield Item(where, None, exc.message.removeprefix(f"{where}: "))
+
+
+def _beir(path: Path, scope: str) -> Iterator[Item]:
+    corpus = path / "corpus.jsonl" if path.is_dir() else path
+    with corpus.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"line {n}"
+            try:
+                row = json.loads(line)
+                doc_id = str(row["_id"])
+                record = ContextDocumentRecord(
+                    document_id=doc_id,
+                    title=str(row.get("title") or ""),
+                    body=str(row.get("text") or ""),
+                    permission_scope=scope,
+                    source_type="beir",
+                    source_system=corpus.parent.name,
+                    source_uri=f"beir://{corpus.parent.name}/{doc_id}",
+                    object_type="passage",
+                )
+                validate_records([record])
+                yield Item(where, record)
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                yield Item(where, None, f"not a BEIR corpus line: {exc}")
+            except ContextSearchError as exc:
+                yield Item(where, None, exc.message)
+
+
+_FRONT = re.compile(r"\A---\r?\n(.*?)\r?\n---\r?\n", re.DOTALL)
+
+
+def _front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """Simple ``key: value`` front matter (lists as ``[a, b]``); no YAML dependency."""
+    m = _FRONT.match(text)
+    if not m:
+        return {}, text
+    meta: dict[str, Any] = {}
+    for raw in m.group(1).splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        key, sep, value = raw.partition(":")
+        if not sep:
+            raise ValueError(f"front matter line without ':': {raw!r}")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            meta[key.strip()] = [
+                v.strip().strip("'\"") for v in value[1:-1].split(",") if v.strip()
+            ]
+        else:
+            meta[key.strip()] = value.strip("'\"")
+    return meta, text[m.end() :]
+
+
+def _notes(root: Path, scope: str) -> Iterator[Item]:
+    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in _NOTE_SUFFIXES):
+        rel = path.relative_to(root).as_posix()
+        try:
+            meta, body = _front_matter(path.read_text(encoding="utf-8"))
+            heading = next(
+                (ln[2:].strip() for ln in body.splitlines() if ln.startswith("# ")), path.stem
+            )
+            fields: dict[str, Any] = {
+                "document_id": str(meta.pop("document_id", rel)),
+                "title": meta.pop("title", heading),
+                "body": body,
+                "permission_scope": meta.pop("scope", meta.pop("permission_scope", scope)),
+                "source_type": "file",
+                "source_system": "files",
+                "source_uri": f"file://{rel}",
+                "object_type": meta.pop("object_type", "note"),
+            }
+            known = set(ContextDocumentRecord.__dataclass_fields__)
+            fields.update({k: v for k, v in meta.items() if k in known})
+            extra = {k: v for k, v in meta.items() if k not in known}
+            if extra:
+                fields["metadata"] = extra
+            yield Item(rel, parse_record(fields, rel))
+        except UnicodeDecodeError:
+            yield Item(rel, None, "not valid UTF-8")
+        except ValueError as exc:
+            yield Item(rel, None, str(exc))
+        except ContextSearchError as exc:
+            yield Item(rel, None, exc.message.removeprefix(f"{rel}: "))
+
+
+def load_items(path: Path, kind: SourceKind, scope: str) -> list[Item]:
+    if kind is SourceKind.AUTO:
+        if path.is_dir():
+            kind = SourceKind.BEIR if (path / "corpus.jsonl").exists() else SourceKind.DIR
+        else:
+            kind = SourceKind.JSONL
+    if kind is SourceKind.JSONL:
+        return list(_jsonl(path))
+    if kind is SourceKind.BEIR:
+        return list(_beir(path, scope))
+    return list(_notes(path, scope))
+
+
+def ingest(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            exists=True, help="JSONL file, BEIR corpus (dir or corpus.jsonl) or notes dir."
+        ),
+    ],
+    dsn: Dsn = None,
+    schema: Schema = DEFAULT_SCHEMA,
+    embedder: EmbedderOpt = EmbedderChoice.MINILM,
+    source: Annotated[SourceKind, typer.Option("--source", help="Input kind.")] = SourceKind.AUTO,
+    scope: Annotated[
+        str, typer.Option("--scope", help="Scope for BEIR and notes without a scope.")
+    ] = "public",
+    on_error: Annotated[
+        OnError, typer.Option("--on-error", help="abort: write nothing; skip: write good ones.")
+    ] = OnError.ABORT,
+    batch_size: Annotated[int, typer.Option(help="Records per transaction.", min=1)] = 256,
+    defer_indexing: Annotated[
+        bool, typer.Option("--defer-indexing", help="Store now; chunk and embed with `reindex`.")
+    ] = False,
+    as_json: JsonOpt = False,
+    verbose: Verbose = False,
+) -> None:
+    """Upsert records (idempotent, one transaction per batch) with a progress bar."""
+    console = Console(stderr=True)
+    with cli_errors(as_json=as_json, verbose=verbose):
+        items = load_items(path, source, scope)
+        bad = [i for i in items if i.record is None]
+        good = [i.record for i in items if i.record is not None]
+        counts = {o.value: 0 for o in RecordOutcome}
+        chunks = 0
+        started = time.perf_counter()
+        if not (bad and on_error is OnError.ABORT) and good:
+            with open_store(dsn, schema, embedder) as store:
+                columns = (
+                    TextColumn("documents"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f} emb/s"),
+                    TimeRemainingColumn(),
+                )
+                with Progress(*columns, console=console, disable=as_json) as progress:
+                    task = progress.add_task("ingest", total=len(good), chunks=0, rate=0.0)
+                    embedded = 0
+                    for start in range(0, len(good), batch_size):
+                        report = store.upsert(
+                            good[start : start + batch_size],
+                            batch_size=batch_size,
+                            defer_indexing=defer_indexing,
+                        )
+                        for _, outcome in report.outcomes:
+                            counts[outcome.value] += 1
+                        chunks += report.chunks_written
+                        embedded += report.embeddings_computed
+                        elapsed = max(time.perf_counter() - started, 1e-9)
+                        progress.update(
+                            task,
+                            advance=len(report.outcomes),
+                            chunks=chunks,
+                            rate=embedded / elapsed,
+                        )
+    written = not (bad and on_error is OnError.ABORT)
+    summary = {
+        "new": counts["inserted"],
+        "changed": counts["updated"],
+        "unchanged": counts["unchanged"],
+        "failed": len(bad),
+        "chunks": chunks,
+        "written": written,
+        "failures": [{"where": i.where, "reason": i.error} for i in bad],
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    if as_json:
+        echo_json(summary)
+    else:
+        out = Console()
+        for item in bad:
+            out.print(f"[red]failed[/red] {item.where}: {item.error}", highlight=False)
+        if bad and not written:
+            out.print(f"nothing written: {len(bad)} bad item(s) and --on-error abort")
+        out.print(
+            f"{summary['new']} new, {summary['changed']} changed, {summary['unchanged']} "
+            f"unchanged, {summary['failed']} failed; {chunks} chunks written"
+        )
+    if bad:
+        raise typer.Exit(code=EXIT_FAILED)
