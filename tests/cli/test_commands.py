@@ -1,0 +1,182 @@
+"""Every CLI command with and without ``--json``, against the embedded server; bad input
+ends in a code, a hint and a documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from context_search.cli import app
+
+pytestmark = pytest.mark.integration
+
+runner = CliRunner()
+
+
+def _records(tmp_path: Path) -> Path:
+    rows = [
+        {
+            "document_id": "runbook",
+            "title": "Aurora runbook",
+            "body": "The aurora service restarts nightly at two.",
+            "permission_scope": "team",
+            "source_revision": "v1",
+        },
+        {
+            "document_id": "secret",
+            "title": "Zanzibar plan",
+            "body": "Aurora secret zanzibar plan.",
+            "permission_scope": "restricted",
+        },
+        {
+            "document_id": "runbook-v2",
+            "title": "Aurora runbook v2",
+            "body": "The aurora service now restarts weekly.",
+            "permission_scope": "team",
+        },
+    ]
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def common(pg_dsn: str, pg_schema: str, tmp_path: Path) -> list[str]:
+    opts = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
+    result = runner.invoke(app, ["ingest", str(_records(tmp_path)), *opts])
+    assert result.exit_code == 0, result.output
+    return opts
+
+
+def _json(args: list[str]) -> object:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_search_get_explain_in_both_output_modes(common: list[str]) -> None:
+    text = runner.invoke(app, ["search", "aurora restarts", "-s", "team", *common])
+    assert text.exit_code == 0 and "runbook" in text.output and "evidence:" in text.output
+    data = _json(["search", "aurora restarts", "-s", "team", *common])
+    assert isinstance(data, dict)
+    assert {h["doc_id"] for h in data["hits"]} == {"runbook", "runbook-v2"}
+    assert data["evidence"]["documents"][0]["freshness"] == "fresh"
+    doc = _json(["get", "runbook", "-s", "team", *common])
+    assert isinstance(doc, dict) and doc["source_revision"] == "v1"
+    shown = runner.invoke(app, ["get", "runbook", "-s", "team", *common])
+    assert shown.exit_code == 0 and "nightly at two" in shown.output
+    exp = _json(["explain", "runbook", "aurora", "-s", "team", *common])
+    assert isinstance(exp, dict) and exp["matched"] is True and exp["final_rank"] >= 1
+    assert (
+        "fusion:"
+        in runner.invoke(app, ["explain", "runbook", "aurora", "-s", "team", *common]).output
+    )
+
+
+def test_invisible_document_is_not_found_with_hint_and_exit_3(common: list[str]) -> None:
+    hidden = runner.invoke(app, ["get", "secret", "-s", "team", *common])
+    missing = runner.invoke(app, ["get", "nope", "-s", "team", *common])
+    assert hidden.exit_code == missing.exit_code == 3
+    assert hidden.output == missing.output
+    assert "NOT_FOUND" in hidden.output and "hint:" in hidden.output
+    err = runner.invoke(app, ["get", "secret", "-s", "team", *common, "--json"])
+    assert err.exit_code == 3
+    payload = json.loads(err.output)
+    assert payload["error"]["code"] == "NOT_FOUND" and payload["error"]["hint"]
+
+
+def test_delete_supersede_rescope_gap(common: list[str]) -> None:
+    assert _json(["supersede", "runbook", "--by", "runbook-v2", *common]) == {
+        "action": "superseded",
+        "doc_id": "runbook",
+        "superseded_by": "runbook-v2",
+    }
+    ids = _json(["search", "aurora", "-s", "team", *common])
+    assert isinstance(ids, dict) and [h["doc_id"] for h in ids["hits"]] == ["runbook-v2"]
+    moved = runner.invoke(app, ["rescope", "runbook-v2", "restricted", *common])
+    assert moved.exit_code == 0 and "rescoped" in moved.output
+    after = _json(["search", "aurora", "-s", "team", *common])
+    assert isinstance(after, dict) and after["hits"] == []
+    gone = runner.invoke(app, ["delete", "secret", *common])
+    assert gone.exit_code == 0 and "deleted" in gone.output
+    again = runner.invoke(app, ["delete", "secret", *common])
+    assert again.exit_code == 3 and "NOT_FOUND" in again.output
+    gap = _json(
+        ["gap", "how do I rotate zanzibar keys", "-s", "team", "--reason", "no doc", *common]
+    )
+    assert isinstance(gap, dict) and gap["status"] == "recorded"
+    dup = runner.invoke(
+        app, ["gap", "how do I rotate zanzibar keys", "-s", "team", "--reason", "no doc", *common]
+    )
+    assert dup.exit_code == 0 and "duplicate" in dup.output
+
+
+def test_status_and_migrate_json(common: list[str], pg_dsn: str, pg_schema: str) -> None:
+    st = _json(["status", "--dsn", pg_dsn, "--schema", pg_schema])
+    assert isinstance(st, dict) and st["up_to_date"] is True
+    assert sum(d["documents"] for d in st["documents"]) == 3
+    mig = _json(["migrate", "--dsn", pg_dsn, "--schema", pg_schema])
+    assert isinstance(mig, dict) and mig["from"] == mig["to"] == st["head_revision"]
+
+
+def test_ingest_bad_lines_abort_or_skip(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
+    opts = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        json.dumps({"document_id": "ok-1", "body": "fine", "permission_scope": "team"})
+        + "\n{not json\n"
+        + json.dumps({"document_id": "bad", "body": "no scope"})
+        + "\n"
+        + json.dumps({"document_id": "ok-2", "body": "fine too", "permission_scope": "team"})
+        + "\n",
+        encoding="utf-8",
+    )
+    aborted = runner.invoke(app, ["ingest", str(path), *opts, "--json"])
+    assert aborted.exit_code == 1
+    report = json.loads(aborted.output)
+    assert report["written"] is False and report["new"] == 0
+    assert [f["where"] for f in report["failures"]] == ["line 2", "line 3"]
+    st = _json(["status", "--dsn", pg_dsn, "--schema", pg_schema])
+    assert isinstance(st, dict) and st["documents"] == []  # nothing half-written
+    skipped = runner.invoke(app, ["ingest", str(path), *opts, "--on-error", "skip"])
+    assert skipped.exit_code == 1
+    assert "line 2" in skipped.output and "2 new" in skipped.output
+
+
+def test_ingest_notes_directory_and_beir(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
+    opts = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
+    notes = tmp_path / "notes"
+    (notes / "ops").mkdir(parents=True)
+    (notes / "ops" / "basalt.md").write_text(
+        "---\nscope: sre\ntags: [storage, ops]\nteam_size: 4\n---\n# Basalt storage\n\n"
+        "Basalt compaction runs hourly.\n",
+        encoding="utf-8",
+    )
+    (notes / "readme.txt").write_text("Welcome to the cobalt wiki.", encoding="utf-8")
+    result = _json(["ingest", str(notes), *opts])
+    assert isinstance(result, dict) and result["new"] == 2 and result["failed"] == 0
+    doc = _json(["get", "ops/basalt.md", "-s", "sre", *opts])
+    assert isinstance(doc, dict)
+    assert doc["title"] == "Basalt storage" and doc["tags"] == ["storage", "ops"]
+    assert doc["source_uri"] == "file://ops/basalt.md" and doc["metadata"] == {"team_size": "4"}
+    assert _json(["get", "readme.txt", "-s", "public", *opts])
+    beir = tmp_path / "tiny"
+    beir.mkdir()
+    (beir / "corpus.jsonl").write_text(
+        json.dumps({"_id": "p1", "title": "Gneiss", "text": "Gneiss is a metamorphic rock."})
+        + "\n",
+        encoding="utf-8",
+    )
+    loaded = _json(["ingest", str(beir), *opts, "--scope", "science"])
+    assert isinstance(loaded, dict) and loaded["new"] == 1
+    hits = _json(["search", "metamorphic rock", "-s", "science", *opts])
+    assert isinstance(hits, dict) and [h["doc_id"] for h in hits["hits"]] == ["p1"]
+
+
+def test_usage_error_and_invalid_query_codes(common: list[str]) -> None:
+    assert runner.invoke(app, ["search"]).exit_code == 2
+    bad = runner.invoke(app, ["search", "x", "-s", "team", "--top-k", "0", *common])
+    assert bad.exit_code == 3 and "INVALID_QUERY" in bad.output and "Traceback" not in bad.output
