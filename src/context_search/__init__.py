@@ -60,6 +60,19 @@ from context_search.errors import (
     RevisionMismatchError,
     UnauthorizedError,
 )
+from context_search.knowledge import (
+    ConnectorKnowledgeRetriever,
+    KnowledgeAccess,
+    KnowledgeDocument,
+    KnowledgeEvidence,
+    KnowledgeHit,
+    KnowledgeRequest,
+    KnowledgeResult,
+    KnowledgeRetriever,
+    KnowledgeTarget,
+    mapping_revision_for,
+    retrieve_knowledge,
+)
 from context_search.memory import InMemorySearchConnector
 
 __version__ = "0.1.0"
@@ -75,6 +88,7 @@ __all__ = [
     "CapabilityStore",
     "CapabilityWarning",
     "CapabilityWarningCode",
+    "ConnectorKnowledgeRetriever",
     "ContextDocument",
     "ContextDocumentRecord",
     "ContextSearchError",
@@ -93,6 +107,14 @@ __all__ = [
     "InvalidQueryError",
     "InvalidRecordError",
     "InvalidResultError",
+    "KnowledgeAccess",
+    "KnowledgeDocument",
+    "KnowledgeEvidence",
+    "KnowledgeHit",
+    "KnowledgeRequest",
+    "KnowledgeResult",
+    "KnowledgeRetriever",
+    "KnowledgeTarget",
     "Lifecycle",
     "NotFoundError",
     "Propagation",
@@ -118,5 +140,7 @@ __all__ = [
     "content_id_for",
     "gap_id_for",
     "index_config_revision",
+    "mapping_revision_for",
     "retrieve_capabilities",
+    "retrieve_knowledge",
 ]

@@ -271,7 +271,9 @@ class ScoreParts:
 class EvidenceHit:
     """One cited piece of evidence: a document plus its best-matching chunk.
 
-    ``snippet`` is exactly ``body.encode()[start_byte:end_byte].decode()`` of the stored body.
+    ``snippet`` is exactly ``body.encode()[start_byte:end_byte].decode()`` of the body whose
+    content id is ``content_id`` — the version the chunk was cut from. That is the current
+    body unless the document changed after indexing (its evidence then says so).
     """
 
     doc_id: str
@@ -359,6 +361,8 @@ class DocumentEvidence:
     """What a hit's index entries were built from, next to what the document is now."""
 
     doc_id: str
+    #: A superseded target is readable but not searched unless ``include_superseded``.
+    lifecycle: Lifecycle
     content_id: str
     source_revision: str
     indexed_content_id: str | None

@@ -471,6 +471,7 @@ class InMemorySearchConnector:
             freshness = Freshness.STALE_CONTENT
         return DocumentEvidence(
             doc_id=doc_id,
+            lifecycle=stored.lifecycle,
             content_id=stored.record.content_id,
             source_revision=stored.record.source_revision,
             indexed_content_id=indexed,
@@ -681,5 +682,6 @@ class InMemorySearchConnector:
             chunk_ordinal=chunk.ordinal,
             start_byte=chunk.start_byte,
             end_byte=chunk.end_byte,
-            content_id=doc.content_id,
+            # The version the cited chunk was cut from (older than the body while pending).
+            content_id=stored.indexed_content_id or doc.content_id,
         )

@@ -457,8 +457,8 @@ class PostgresSearchConnector:
                     "a pinned source revision is not the readable one",
                     details={"doc_id": doc_id, "pinned": revision},
                 )
-        shown = [r.doc_id for r in kept_rows]
-        targets = [t for t in vq.targets or () if t in readable and t not in set(shown)]
+        shown = {r.doc_id for r in kept_rows}
+        targets = [t for t in vq.targets or () if t in readable and t not in shown]
         docs = tuple(
             _document_evidence(r, active) for r in [*kept_rows, *(readable[t] for t in targets)]
         )
@@ -657,6 +657,7 @@ def _freshness(row: Any, active_config: str) -> Freshness:
 def _document_evidence(row: Any, active_config: str) -> DocumentEvidence:
     return DocumentEvidence(
         doc_id=row.doc_id,
+        lifecycle=Lifecycle(row.lifecycle),
         content_id=row.content_id,
         source_revision=row.source_revision,
         indexed_content_id=row.indexed_content_id,
@@ -708,7 +709,8 @@ def _hit(row: Row[Any]) -> EvidenceHit:
         chunk_ordinal=row.chunk_ordinal,
         start_byte=row.start_byte,
         end_byte=row.end_byte,
-        content_id=row.content_id,
+        # The version the cited chunk was cut from (older than the body while pending).
+        content_id=row.chunk_content_id,
     )
 
 

@@ -27,7 +27,7 @@ __all__ = ["EVIDENCE_SQL", "FusionSettings", "build_filter_sql", "hybrid_search_
 #: Evidence of explicit targets and pinned documents, in the search's transaction.
 EVIDENCE_SQL = text(
     """
-    SELECT d.doc_id, d.content_id, d.source_revision, d.indexed_content_id,
+    SELECT d.doc_id, d.lifecycle, d.content_id, d.source_revision, d.indexed_content_id,
            ic.config_id AS indexed_config_id,
            (SELECT j.status FROM index_jobs j
             WHERE j.doc_id = d.doc_id AND j.kind = 'index' AND j.status <> 'done'
@@ -304,7 +304,8 @@ hits AS (
            (SELECT j.status FROM index_jobs j
             WHERE j.doc_id = d.doc_id AND j.kind = 'index' AND j.status <> 'done'
             ORDER BY j.job_id DESC LIMIT 1) AS job_status,
-           c.ordinal AS chunk_ordinal, c.start_byte, c.end_byte, c.text AS snippet
+           c.ordinal AS chunk_ordinal, c.start_byte, c.end_byte, c.text AS snippet,
+           c.content_id AS chunk_content_id
     FROM fused f
     JOIN documents d ON d.doc_id = f.doc_id
     LEFT JOIN index_configs ic ON ic.revision = d.indexed_config_revision
