@@ -65,7 +65,11 @@ class EmptyScopesSeeAll(Broken):
 
 
 class GetDocumentIgnoresScope(Broken):
-    catches = ("get_document_checks_scope", "no_existence_leak_get_document")
+    catches = (
+        "get_document_checks_scope",
+        "no_existence_leak_get_document",
+        "knowledge_access_is_limited_to_targets_and_dies",
+    )
 
     def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
         stored = self._docs.get(doc_id)
@@ -326,6 +330,30 @@ class AlwaysFresh(Broken):
             for d in resp.evidence.documents
         )
         return replace(resp, evidence=replace(resp.evidence, documents=docs))
+
+
+class CharacterOffsets(Broken):
+    """Reports character offsets instead of UTF-8 byte offsets."""
+
+    catches = ("knowledge_hit_offsets_are_utf8_bytes",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        hits = []
+        for h in resp.hits:
+            body = self._docs[h.doc_id].record.body
+            start = len(body.encode("utf-8")[: h.start_byte].decode("utf-8", "ignore"))
+            hits.append(replace(h, start_byte=start, end_byte=start + len(h.snippet)))
+        return replace(resp, hits=tuple(hits))
+
+
+class IgnoresSimilarityFloor(Broken):
+    """Drops ``min_similarity``: nearest neighbours always exist, so no zero hit is possible."""
+
+    catches = ("zero_hits_carry_complete_evidence", "knowledge_zero_hit_has_complete_evidence")
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, min_similarity=None))
 
 
 class IgnoresPins(Broken):

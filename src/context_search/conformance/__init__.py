@@ -14,6 +14,7 @@ or run the whole suite with :func:`run_conformance` (the CLI does this).
 from context_search.conformance import (
     cases_access,
     cases_input,
+    cases_knowledge,
     cases_lifecycle,
     cases_results,
     cases_revisions,
@@ -42,4 +43,11 @@ __all__ = [
     "standard_corpus",
 ]
 
-_GROUPS = (cases_access, cases_lifecycle, cases_results, cases_input, cases_revisions)
+_GROUPS = (
+    cases_access,
+    cases_lifecycle,
+    cases_results,
+    cases_input,
+    cases_revisions,
+    cases_knowledge,
+)
