@@ -350,10 +350,20 @@ class CharacterOffsets(Broken):
 class IgnoresSimilarityFloor(Broken):
     """Drops ``min_similarity``: nearest neighbours always exist, so no zero hit is possible."""
 
-    catches = ("zero_hits_carry_complete_evidence", "knowledge_zero_hit_has_complete_evidence")
+    catches = ("zero_hits_carry_complete_evidence",)
 
     def search(self, query: SearchQuery) -> SearchResponse:
         return super().search(replace(query, min_similarity=None))
+
+
+class WrongConfigEvidence(Broken):
+    """Reports an active config revision other than the one its entries were built with."""
+
+    catches = ("evidence_covers_every_hit", "knowledge_zero_hit_has_complete_evidence")
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        return replace(resp, evidence=replace(resp.evidence, config_revision="cfg:elsewhere"))
 
 
 class IgnoresPins(Broken):
