@@ -16,7 +16,8 @@ code                       meaning
 ``RETRIEVER_UNCONFIGURED`` no retrieval backend is configured for the request
 ``BACKEND_UNAVAILABLE``    the database could not be started or reached
 ``BACKEND_ERROR``          the database failed while serving a request
-``DUPLICATE_REQUEST``      the same request key was already executed
+``DUPLICATE_QUERY``        the same retrieval key was already attempted in this request
+``EFFECT_FAILED``          a retrieval effect failed after the retrieval succeeded
 ``QUOTA_EXCEEDED``         the caller's retrieval quota is used up
 ``UNAUTHORIZED``           the caller may not perform this operation
 ``INVALID_RESULT``         a backend returned a result violating the contract
@@ -32,7 +33,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailableError",
     "ContextSearchError",
-    "DuplicateRequestError",
+    "DuplicateQueryError",
     "IndexStaleError",
     "InvalidFilterError",
     "InvalidQueryError",
@@ -40,6 +41,7 @@ __all__ = [
     "InvalidResultError",
     "NotFoundError",
     "QuotaExceededError",
+    "RetrievalEffectError",
     "RetrieverUnconfiguredError",
     "RevisionMismatchError",
     "UnauthorizedError",
@@ -137,8 +139,8 @@ class BackendError(ContextSearchError, RuntimeError):
     hint = "see the server log; the request was rolled back and can be retried"
 
 
-class DuplicateRequestError(ContextSearchError):
-    code = "DUPLICATE_REQUEST"
+class DuplicateQueryError(ContextSearchError):
+    code = "DUPLICATE_QUERY"
     hint = "this exact request already ran in this context; change it or start a new context"
 
 
@@ -155,3 +157,27 @@ class UnauthorizedError(ContextSearchError, PermissionError):
 class InvalidResultError(ContextSearchError):
     code = "INVALID_RESULT"
     hint = "the backend broke the contract; report it to the backend's owner"
+
+
+class RetrievalEffectError(ContextSearchError):
+    """An effect failed after the retrieval itself succeeded.
+
+    The success is already counted and its sources recorded, and earlier effects already
+    ran; none of that is undone. ``receipt`` is the real receipt (with the extensions the
+    earlier effects wrote), so the caller can still use the result. ``details`` names the
+    failed effect, the ones that completed and the ones skipped. After pickling only code,
+    message and details survive (``receipt`` becomes ``None``).
+    """
+
+    code = "EFFECT_FAILED"
+    hint = "the retrieval's result is in error.receipt; earlier effects were not undone"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: Mapping[str, Any] | None = None,
+        receipt: Any = None,
+    ) -> None:
+        super().__init__(message, details=details)
+        self.receipt = receipt

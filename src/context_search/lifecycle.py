@@ -17,7 +17,7 @@ Why this order:
   read does not burn the key, so an authorised retry of the same query is still possible.
 * The key is reserved *before* ``execute`` and a failed attempt keeps it. The lifecycle
   never retries on its own; running the same query again in the same request raises
-  ``DUPLICATE_REQUEST``. Whether to retry is the application's decision, made with a new
+  ``DUPLICATE_QUERY``. Whether to retry is the application's decision, made with a new
   request state.
 * Only successes count against the quota: an ``execute`` or ``assert_result`` failure
   frees its quota slot (but not its key).
@@ -47,15 +47,16 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from context_search.errors import (
     BackendError,
     ContextSearchError,
-    DuplicateRequestError,
+    DuplicateQueryError,
     InvalidQueryError,
     InvalidResultError,
     QuotaExceededError,
+    RetrievalEffectError,
     UnauthorizedError,
 )
 from context_search.validation import MAX_ID_CHARS, MAX_QUERY_BYTES, check_text
@@ -172,29 +173,6 @@ class RetrievalEffect(Generic[Q, C, S]):
     handle: Callable[[RetrievalReceipt[Q, S], C], object]
 
 
-class RetrievalEffectError(ContextSearchError):
-    """An effect failed after the retrieval itself succeeded.
-
-    The success is already counted and its sources recorded, and earlier effects already
-    ran; none of that is undone. ``receipt`` is the real receipt (with the extensions the
-    earlier effects wrote), so the caller can still use the result. ``details`` names the
-    failed effect, the ones that completed and the ones skipped. After pickling only code,
-    message and details survive (``receipt`` becomes ``None``).
-    """
-
-    code: ClassVar[str] = "EFFECT_FAILED"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        details: dict[str, Any] | None = None,
-        receipt: RetrievalReceipt[Any, Any] | None = None,
-    ) -> None:
-        super().__init__(message, details=details)
-        self.receipt = receipt
-
-
 # -- the request state --------------------------------------------------------------------
 
 
@@ -248,7 +226,7 @@ class RetrievalState:
 
     def _check_locked(self, retrieval_id: str, key: str, limit: int | None) -> None:
         if (retrieval_id, key) in self._seen:
-            raise DuplicateRequestError(
+            raise DuplicateQueryError(
                 f"retrieval {retrieval_id!r} already ran this query in this request",
                 details={"retrieval": retrieval_id, "key": key},
             )
@@ -384,7 +362,7 @@ class Retrieval(Generic[Q, C, S]):
         """Run the lifecycle once; returns the receipt of a success or raises.
 
         Raises ``INVALID_QUERY`` (prepare, assert_input or key rejected the query),
-        ``DUPLICATE_REQUEST`` (this retrieval already reserved the key in this state, even
+        ``DUPLICATE_QUERY`` (this retrieval already reserved the key in this state, even
         if that attempt failed), ``QUOTA_EXCEEDED``, ``UNAUTHORIZED``, ``BACKEND_ERROR``
         (execute raised something that is not a ``ContextSearchError``; those pass
         through unchanged), ``INVALID_RESULT`` (malformed result or assert_result refused

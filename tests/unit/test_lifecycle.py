@@ -19,7 +19,7 @@ import pytest
 from context_search import (
     BackendError,
     ContextSearchError,
-    DuplicateRequestError,
+    DuplicateQueryError,
     IndexStaleError,
     InvalidQueryError,
     InvalidResultError,
@@ -280,9 +280,9 @@ def test_failed_execute_keeps_its_key_and_is_never_retried(rec: Recorder) -> Non
     assert failed.value.details["cause"] == "RuntimeError"
     rec.fail_execute = False
     rec.calls.clear()
-    with pytest.raises(DuplicateRequestError) as duplicate:
+    with pytest.raises(DuplicateQueryError) as duplicate:
         retrieval.run("  AGENT ", ctx)  # same key after prepare + normalisation
-    assert duplicate.value.code == "DUPLICATE_REQUEST"
+    assert duplicate.value.code == "DUPLICATE_QUERY"
     assert "execute" not in rec.calls
     assert ctx.state.has_seen("manual-search", "agent")
     assert ctx.state.query_count == 0
@@ -296,7 +296,7 @@ def test_failed_assert_result_keeps_its_key_and_frees_its_quota(rec: Recorder) -
     with pytest.raises(InvalidResultError):
         retrieval.run("Agent", ctx)
     rec.reject_result = False
-    with pytest.raises(DuplicateRequestError):
+    with pytest.raises(DuplicateQueryError):
         retrieval.run("Agent", ctx)
     assert retrieval.run("Billing", ctx).sequence == 1  # the quota slot was freed
 
@@ -346,7 +346,7 @@ def test_duplicate_is_checked_before_authorize(rec: Recorder) -> None:
     retrieval.run("Agent", ctx)
     rec.calls.clear()
     ctx.can_read = False  # would raise UNAUTHORIZED if authorize came first
-    with pytest.raises(DuplicateRequestError):
+    with pytest.raises(DuplicateQueryError):
         retrieval.run("Agent", ctx)
     assert "authorize" not in rec.calls
 
@@ -355,7 +355,7 @@ def test_duplicate_is_reported_before_quota() -> None:
     ctx = Ctx(quota=1)
     retrieval = simple()
     retrieval.run("Agent", ctx)
-    with pytest.raises(DuplicateRequestError):
+    with pytest.raises(DuplicateQueryError):
         retrieval.run("agent", ctx)  # both duplicate and over quota: duplicate wins
 
 
@@ -533,14 +533,14 @@ def test_a_failing_effect_is_reported_with_the_receipt_and_nothing_is_rolled_bac
     assert error.receipt.sequence == 1
     assert ctx.state.query_count == 1  # the success stays counted
     assert len(ctx.state.sources) == 2
-    with pytest.raises(DuplicateRequestError):
+    with pytest.raises(DuplicateQueryError):
         retrieval.run("Agent", ctx)
 
 
 def test_effect_error_has_a_stable_code_and_pickles_without_the_receipt() -> None:
     assert error_class_for("EFFECT_FAILED") is RetrievalEffectError
     error = RetrievalEffectError("x", details={"effect": "audit"}, receipt=None)
-    clone = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own object
+    clone = pickle.loads(pickle.dumps(error))
     assert isinstance(clone, RetrievalEffectError)
     assert clone.details == {"effect": "audit"}
     assert clone.receipt is None
@@ -571,7 +571,7 @@ def test_default_key_makes_spelling_variants_duplicates() -> None:
     retrieval = simple()
     retrieval.run("Agent  Core", ctx)
     for variant in ("agent core", "ＡＧＥＮＴ　ＣＯＲＥ", "\tAGENT core\n"):
-        with pytest.raises(DuplicateRequestError):
+        with pytest.raises(DuplicateQueryError):
             retrieval.run(variant, ctx)
 
 
@@ -586,7 +586,7 @@ def test_a_custom_key_decides_what_is_a_duplicate() -> None:
     retrieval = simple(key=lambda query, _ctx: query)  # exact text, no normalisation
     retrieval.run("Agent", ctx)
     assert retrieval.run("agent", ctx).key == "agent"
-    with pytest.raises(DuplicateRequestError):
+    with pytest.raises(DuplicateQueryError):
         retrieval.run("Agent", ctx)
 
 
@@ -667,11 +667,11 @@ def _noop(receipt: RetrievalReceipt[str, Doc], ctx: Ctx) -> None:
         (lambda: define_retrieval("has space", "d", search), ValueError),
         (lambda: define_retrieval("trailing\n", "d", search), ValueError),
         (lambda: define_retrieval("ok", " ", search), ValueError),
-        (lambda: define_retrieval("ok", "d", None), TypeError),
-        (lambda: define_retrieval("ok", "d", search, authorize=42), TypeError),
+        (lambda: define_retrieval("ok", "d", None), TypeError),  # type: ignore[arg-type]
+        (lambda: define_retrieval("ok", "d", search, authorize=42), TypeError),  # type: ignore[arg-type]
         (lambda: define_retrieval("ok", "d", search, limit=quota_of), ValueError),
-        (lambda: define_retrieval("ok", "d", search, effects="ab"), TypeError),
-        (lambda: define_retrieval("ok", "d", search, effects=[object()]), TypeError),
+        (lambda: define_retrieval("ok", "d", search, effects="ab"), TypeError),  # type: ignore[arg-type]
+        (lambda: define_retrieval("ok", "d", search, effects=[object()]), TypeError),  # type: ignore[list-item]
         (
             lambda: define_retrieval(
                 "ok",
@@ -756,7 +756,7 @@ def test_concurrent_runs_of_one_query_execute_once() -> None:
         release=release,
     )
     assert len(early) == 7
-    assert all(isinstance(o, DuplicateRequestError) for o in early)
+    assert all(isinstance(o, DuplicateQueryError) for o in early)
     assert sum(isinstance(o, RetrievalReceipt) for o in final) == 1
     assert executed == ["Agent"]
 
@@ -786,3 +786,31 @@ def test_concurrent_runs_never_succeed_more_often_than_the_quota() -> None:
     assert len(entered) == 2
     assert ctx.state.query_count == 2
     assert ctx.state.pending == 0
+
+
+@pytest.mark.parametrize(
+    ("same_query", "quota", "refusal"),
+    [(True, None, DuplicateQueryError), (False, 1, QuotaExceededError)],
+)
+def test_the_reserve_step_rechecks_what_changed_while_authorizing(
+    same_query: bool, quota: int | None, refusal: type[ContextSearchError]
+) -> None:
+    # Every thread passes the first check, then all wait in authorize until each one is
+    # there: only the atomic re-check when reserving can stop the others.
+    threads = 4
+    barrier = threading.Barrier(threads, timeout=5)
+
+    def authorize(_query: str, _ctx: Ctx) -> None:
+        barrier.wait()
+
+    ctx = Ctx(quota=quota)
+    retrieval = simple(authorize=authorize)
+    _, final = _race(
+        lambda i: retrieval.run("Agent" if same_query else f"Agent {i}", ctx),
+        threads,
+        settled=lambda out: len(out) == threads,
+        release=threading.Event(),
+    )
+    assert sum(isinstance(o, RetrievalReceipt) for o in final) == 1
+    assert sum(isinstance(o, refusal) for o in final) == threads - 1
+    assert ctx.state.query_count == 1
