@@ -9,6 +9,7 @@ from context_search.cli import db as _db
 from context_search.cli import ingest as _ingest
 from context_search.cli import jobs as _jobs
 from context_search.cli import manage as _manage
+from context_search.cli import mcp as _mcp
 from context_search.cli import search as _search
 
 app = typer.Typer(
@@ -36,6 +37,7 @@ app.command("rescope")(_manage.rescope)
 app.command("gap")(_manage.gap)
 app.command("reindex")(_jobs.reindex)
 app.command("status")(_jobs.status)
+app.command("mcp")(_mcp.mcp_command)
 
 
 def main() -> None:
