@@ -6,6 +6,7 @@ import typer
 
 from context_search.cli import conformance as _conformance
 from context_search.cli import db as _db
+from context_search.cli import demo as _demo
 from context_search.cli import ingest as _ingest
 from context_search.cli import jobs as _jobs
 from context_search.cli import manage as _manage
@@ -25,6 +26,7 @@ def _root() -> None:
     """Permission-safe hybrid retrieval on PostgreSQL + pgvector."""
 
 
+app.command("demo")(_demo.demo)
 app.command("conformance")(_conformance.conformance)
 app.command("migrate")(_db.migrate_command)
 app.command("ingest")(_ingest.ingest)

@@ -1,0 +1,1 @@
+"""The bundled demo corpus (``corpus.jsonl``), read by ``context-search demo``."""
