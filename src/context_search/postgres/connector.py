@@ -508,7 +508,7 @@ class PostgresSearchConnector:
             notes.append("superseded: excluded unless include_superseded=True")
         if not row.passed:
             notes.append("excluded by filters")
-        rows = [r for r in self._run(vq) if r.doc_id is not None]
+        rows = [r for r in self._run(vq, detail_limit=1_000_000) if r.doc_id is not None]
         top_lexical = max((float(r.lexical_score or 0.0) for r in rows), default=0.0)
         ranked = cut_to_hits([_entry(r) for r in rows], top_k=None, min_score=vq.min_score)
         found = next((r for r in rows if r.doc_id == doc_id), None)
@@ -558,11 +558,16 @@ class PostgresSearchConnector:
         return rows, extra
 
     def _run(
-        self, vq: ValidQuery, plan: str = "", *, conn: Connection | None = None
+        self,
+        vq: ValidQuery,
+        plan: str = "",
+        *,
+        conn: Connection | None = None,
+        detail_limit: int | None = None,
     ) -> list[Row[Any]]:
         if conn is None:
             with self._reader(vq.scopes, "search") as own:
-                return self._run(vq, plan, conn=own)
+                return self._run(vq, plan, conn=own, detail_limit=detail_limit)
         filter_sql, params = build_filter_sql(vq.filters)
         if vq.targets is not None:
             filter_sql += " AND d.doc_id = ANY(CAST(:targets AS text[]))"
@@ -584,6 +589,7 @@ class PostgresSearchConnector:
             "per_term": self._per_term,
             "chunk_pool": chunk_pool,
             "min_sim": vq.min_similarity,
+            "detail_limit": detail_limit if detail_limit is not None else vq.top_k,
         }
         if self._fusion.method == "rrf":
             bind["rrf_k"] = self._fusion.rrf_k

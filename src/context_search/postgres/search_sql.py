@@ -181,12 +181,19 @@ candidates AS MATERIALIZED (
 matched AS MATERIALIZED (
     -- Filters are per document, so each chunk carries its document's verdict: no later
     -- join between chunk and document sets (whose sizes the planner cannot estimate).
+    -- Chunk and document by primary key (LATERAL), whatever the planner guesses about
+    -- the candidate count: a scan by scope here would cost candidates x visible chunks.
     SELECT c.chunk_id, c.doc_id, c.ordinal, c.token_count,
            (c.lifecycle = ANY(CAST(:lifecycles AS text[]))) AS lifecycle_ok,
-           ({filter_sql}) AS filter_ok
+           dv.filter_ok
     FROM candidates k
-    JOIN chunks c ON c.chunk_id = k.chunk_id
-    JOIN documents d ON d.doc_id = c.doc_id, q
+    CROSS JOIN q
+    CROSS JOIN LATERAL (
+        SELECT * FROM chunks c0 WHERE c0.chunk_id = k.chunk_id LIMIT 1
+    ) c
+    CROSS JOIN LATERAL (
+        SELECT ({filter_sql}) AS filter_ok FROM documents d WHERE d.doc_id = c.doc_id LIMIT 1
+    ) dv
     WHERE c.tsv @@ q.tsq
       AND c.permission_scope = ANY(CAST(:scopes AS text[])) AND c.lifecycle <> 'deleted'
 ),
@@ -267,14 +274,18 @@ vector AS (
     LIMIT :pool
 ),
 mx AS (SELECT max(lexical_score) AS top FROM lexical),
-fused AS (
+fused0 AS (
     SELECT COALESCE(l.doc_id, v.doc_id) AS doc_id,
            l.lexical_rank, l.lexical_score, l.lexical_chunk, l.terms,
            v.vector_rank, v.vector_similarity, v.vector_chunk,
            CAST({fused} AS double precision) AS fused
     FROM lexical l FULL OUTER JOIN vector v ON v.doc_id = l.doc_id CROSS JOIN mx
 ),
-stats AS (
+fused AS MATERIALIZED (
+    SELECT f0.*, row_number() OVER (ORDER BY f0.fused DESC, f0.doc_id) AS fused_rank
+    FROM fused0 f0
+),
+stats AS MATERIALIZED (
     SELECT (SELECT count(*) FROM matched_docs) AS lexical_matches,
            (SELECT count(*) FROM matched_docs WHERE NOT lifecycle_ok) AS lifecycle_filtered,
            (SELECT count(*) FROM matched_docs WHERE lifecycle_ok AND NOT eligible)
@@ -298,19 +309,26 @@ stats AS (
     ) jobs
 ),
 hits AS (
-    SELECT f.*, d.title, d.source_system, d.source_uri, d.object_type, d.permission_scope,
-           d.lifecycle, d.updated_at, d.metadata, d.content_id, d.source_revision,
-           d.indexed_content_id, ic.config_id AS indexed_config_id,
-           (SELECT j.status FROM index_jobs j
-            WHERE j.doc_id = d.doc_id AND j.kind = 'index' AND j.status <> 'done'
-            ORDER BY j.job_id DESC LIMIT 1) AS job_status,
-           c.ordinal AS chunk_ordinal, c.start_byte, c.end_byte, c.text AS snippet,
-           c.content_id AS chunk_content_id
+    -- Document and chunk fields only for the rows that can become hits (the first
+    -- :detail_limit in fused order), each fetched by key; the rest stay rank-log entries.
+    SELECT f.*, x.*
     FROM fused f
-    JOIN documents d ON d.doc_id = f.doc_id
-    LEFT JOIN index_configs ic ON ic.revision = d.indexed_config_revision
-    JOIN chunks c ON c.doc_id = f.doc_id
-                 AND c.ordinal = COALESCE(f.lexical_chunk, f.vector_chunk)
+    LEFT JOIN LATERAL (
+        SELECT d.title, d.source_system, d.source_uri, d.object_type, d.permission_scope,
+               d.lifecycle, d.updated_at, d.metadata, d.content_id, d.source_revision,
+               d.indexed_content_id, ic.config_id AS indexed_config_id,
+               (SELECT j.status FROM index_jobs j
+                WHERE j.doc_id = d.doc_id AND j.kind = 'index' AND j.status <> 'done'
+                ORDER BY j.job_id DESC LIMIT 1) AS job_status,
+               c.ordinal AS chunk_ordinal, c.start_byte, c.end_byte, c.text AS snippet,
+               c.content_id AS chunk_content_id
+        FROM documents d
+        JOIN chunks c ON c.doc_id = d.doc_id
+                     AND c.ordinal = COALESCE(f.lexical_chunk, f.vector_chunk)
+        LEFT JOIN index_configs ic ON ic.revision = d.indexed_config_revision
+        WHERE d.doc_id = f.doc_id AND f.fused_rank <= :detail_limit
+        LIMIT 1
+    ) x ON TRUE
 )
 SELECT s.*, h.* FROM stats s LEFT JOIN hits h ON TRUE
 ORDER BY h.fused DESC, h.doc_id

@@ -1,0 +1,84 @@
+"""``python -m benchmarks <suite>``: run a suite, write ``benchmarks/results/<suite>.json``
+and its section of BENCHMARKS.md.
+
+Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, plots, all.
+``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
+in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+SUITES = ("quality", "latency", "filtered", "ingest", "propagation", "leakage", "tokens")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("suite", choices=(*SUITES, "plots", "all"))
+    parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
+    parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--no-peer", action="store_true", help="Skip the langchain-postgres peer.")
+    parser.add_argument("--sizes", default="10000,100000", help="Latency index sizes (chunks).")
+    parser.add_argument("--filtered-chunks", type=int, default=100_000)
+    parser.add_argument(
+        "--tiny", action="store_true", help="Generated tiny dataset; scratch output."
+    )
+    args = parser.parse_args(argv)
+    out_dir = Path(tempfile.mkdtemp(prefix="cs-bench-")) if args.tiny else common.RESULTS
+    md = out_dir / "BENCHMARKS.md" if args.tiny else common.ROOT / "BENCHMARKS.md"
+    if args.suite == "plots":
+        from benchmarks import plots
+
+        for p in plots.run(out_dir):
+            common.log(f"wrote {p}")
+        return 0
+    data = common.tiny_dataset() if args.tiny else common.load_beir(args.dataset)
+    inner = common.make_embedder("hashing" if args.tiny else args.embedder)
+    cache_dir = out_dir / "cache" if args.tiny else common.CACHE / "embeddings"
+    embedder = common.CachedEmbedder(inner, cache_dir=cache_dir)
+    suites = SUITES if args.suite == "all" else (args.suite,)
+    sizes = tuple(int(s) for s in args.sizes.split(",")) if not args.tiny else (80, 200)
+    with common.server(args.dsn) as dsn:
+        for suite in suites:
+            module: Any = __import__(f"benchmarks.{suite}", fromlist=["run", "markdown"])
+            kwargs: dict[str, Any] = {}
+            if suite in ("quality", "latency"):
+                kwargs["peer"] = not args.no_peer
+            if suite == "latency":
+                kwargs["sizes"] = sizes
+                if args.tiny:
+                    kwargs["per_client"] = 5
+            if suite == "filtered":
+                kwargs["chunks"] = 300 if args.tiny else args.filtered_chunks
+            if suite == "ingest" and args.tiny:
+                kwargs["sample"] = 20
+            if suite == "propagation" and args.tiny:
+                kwargs["changes"] = 15
+            if suite == "leakage" and args.tiny:
+                kwargs["rounds"] = 1
+            common.log(f"== {suite} on {data.name}")
+            result = {**common.envelope(suite, argv), **module.run(dsn, data, embedder, **kwargs)}
+            embedder.save()
+            path = common.write_result(suite, result, out_dir)
+            common.update_benchmarks_md(suite, module.markdown(result), md)
+            common.log(f"wrote {path}")
+    if args.suite == "all":
+        from benchmarks import plots
+
+        plots.run(out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

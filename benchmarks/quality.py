@@ -1,0 +1,180 @@
+"""Quality: nDCG@10, recall@100, MRR@10 on a BEIR dataset (default SciFact test split).
+
+Ours: lexical-only (BM25 in PostgreSQL), vector-only, hybrid RRF and hybrid convex — the
+arms come from one search's rank log, convex from a second connector on the same index.
+Beside them, in the same run: stock ``ts_rank_cd`` on the same chunks, a ``rank_bm25``
+reference (BM25Okapi, lowercase word tokens, no stemming) and the peer, langchain-postgres
+``PGVectorStore`` in hybrid mode on the same server with the same embeddings.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import text
+
+from benchmarks.common import (
+    CachedEmbedder,
+    Dataset,
+    fmt_table,
+    header,
+    log,
+    quality,
+)
+from context_search import SearchQuery
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.admin import drop_index
+from context_search.text import segment_for_index, segment_for_query
+from context_search.text.indexing import searchable_chunks
+
+SCHEMA = "bench_quality"
+CHUNK_BYTES = 4000  # SciFact abstracts fit one chunk: document ranking = chunk ranking
+
+_TS_RANK = text(
+    """
+    SELECT doc_id FROM (
+        SELECT doc_id, max(ts_rank_cd(tsv, q)) AS score
+        FROM chunks,
+             CAST(replace(replace(CAST(plainto_tsquery(CAST(:cfg AS regconfig), :q) AS text),
+                  ' & ', ' | '), ' <-> ', ' | ') AS tsquery) AS q
+        WHERE tsv @@ q
+        GROUP BY doc_id
+    ) s ORDER BY score DESC, doc_id LIMIT 100
+    """
+)
+_WORD = re.compile(r"\w+")
+
+
+def _order(entries: Any, attr: str) -> list[str]:
+    ranked = sorted(
+        (e for e in entries if getattr(e, attr) is not None), key=lambda e: getattr(e, attr)
+    )
+    return [e.doc_id for e in ranked]
+
+
+def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True) -> dict[str, Any]:
+    drop_index(dsn, SCHEMA)
+    runs: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    latencies: list[float] = []
+    timings: dict[str, float] = {}
+    with PostgresSearchConnector.open(
+        dsn, embedder=embedder, schema=SCHEMA, chunk_bytes=CHUNK_BYTES, chunk_overlap=200
+    ) as store:
+        t0 = time.perf_counter()
+        report = store.upsert(data.records, batch_size=256)
+        timings["ingest_s"] = round(time.perf_counter() - t0, 1)
+        embedder.save()
+        with store.engine.begin() as conn:
+            conn.execute(text("ANALYZE"))
+        convex = PostgresSearchConnector.open(
+            dsn,
+            embedder=embedder,
+            schema=SCHEMA,
+            chunk_bytes=CHUNK_BYTES,
+            chunk_overlap=200,
+            fusion="convex",
+            lexical_weight=0.5,
+        )
+        log(f"quality: {len(data.records)} docs indexed, {len(data.queries)} queries")
+        for qid, qtext in sorted(data.queries.items()):
+            q = SearchQuery(query=qtext, allowed_scopes=["public"], top_k=100)
+            start = time.perf_counter()
+            resp = store.search(q)
+            latencies.append(time.perf_counter() - start)
+            runs["hybrid_rrf"][qid] = [h.doc_id for h in resp.hits]
+            runs["lexical_bm25"][qid] = _order(resp.rank_log.entries, "lexical_rank")
+            runs["vector"][qid] = _order(resp.rank_log.entries, "vector_rank")
+            runs["hybrid_convex"][qid] = [h.doc_id for h in convex.search(q).hits]
+            with store.engine.begin() as conn:
+                runs["ref_ts_rank_cd"][qid] = list(
+                    conn.execute(
+                        _TS_RANK,
+                        {
+                            "cfg": store.index_settings.text_search_config,
+                            "q": segment_for_query(qtext),
+                        },
+                    ).scalars()
+                )
+        convex.close()
+    drop_index(dsn, SCHEMA)
+    runs["ref_rank_bm25"] = _rank_bm25(data)
+    if peer:
+        runs["peer_langchain_hybrid"], timings["peer_ingest_s"] = _peer(dsn, data, embedder)
+    metrics = {arm: quality(r, data.qrels) for arm, r in runs.items()}
+    latencies.sort()
+    return {
+        "dataset": data.name,
+        "documents": len(data.records),
+        "chunks": report.chunks_written,
+        "queries": len(data.queries),
+        "embedder": embedder.model_id,
+        "chunk_bytes": CHUNK_BYTES,
+        "timings": timings,
+        "our_search_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
+        "metrics": metrics,
+        "targets": {
+            "lexical_bm25 >= 0.665": metrics["lexical_bm25"]["ndcg@10"] >= 0.665,
+            "hybrid_rrf >= 0.72": metrics["hybrid_rrf"]["ndcg@10"] >= 0.72,
+            "hybrid above peer": (
+                metrics["hybrid_rrf"]["ndcg@10"]
+                > metrics.get("peer_langchain_hybrid", {"ndcg@10": -1.0})["ndcg@10"]
+            ),
+        },
+    }
+
+
+def _rank_bm25(data: Dataset) -> dict[str, list[str]]:
+    from rank_bm25 import BM25Okapi
+
+    ids = [r.document_id for r in data.records]
+    corpus = [_WORD.findall(f"{r.title} {r.body}".lower()) for r in data.records]
+    bm25 = BM25Okapi(corpus)
+    out = {}
+    for qid, qtext in data.queries.items():
+        scores = bm25.get_scores(_WORD.findall(qtext.lower()))
+        top = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))[:100]
+        out[qid] = [ids[i] for i in top]
+    return out
+
+
+def peer_texts(data: Dataset, embedder: CachedEmbedder) -> tuple[list[str], list[str], Any]:
+    """The peer gets each document's first chunk exactly as we index it, and its cached
+    vector: same text, same embedding, so only retrieval differs."""
+    texts = []
+    for i, r in enumerate(data.records):
+        parts = searchable_chunks(r, i, chunk_bytes=CHUNK_BYTES, chunk_overlap=200)
+        texts.append(segment_for_index(parts.texts[0]))
+    return [r.document_id for r in data.records], texts, embedder.embed_documents(texts)
+
+
+def _peer(dsn: str, data: Dataset, embedder: CachedEmbedder) -> tuple[dict[str, list[str]], float]:
+    from benchmarks.peer_langchain import LangchainPeer
+
+    ids, texts, vectors = peer_texts(data, embedder)
+    peer = LangchainPeer(dsn, table="bench_peer_quality", dimension=embedder.dimension)
+    peer.drop()
+    peer.setup()
+    t0 = time.perf_counter()
+    peer.add(ids, texts, vectors)
+    ingest = round(time.perf_counter() - t0, 1)
+    out = {}
+    for qid, qtext in sorted(data.queries.items()):
+        out[qid] = peer.search(segment_for_query(qtext), embedder.embed_query(qtext), 100)
+    peer.drop()
+    return out, ingest
+
+
+def markdown(result: dict[str, Any]) -> str:
+    rows = [
+        [arm, m["ndcg@10"], m["recall@100"], m["mrr@10"]] for arm, m in result["metrics"].items()
+    ]
+    targets = ", ".join(f"{k}: {'met' if v else 'missed'}" for k, v in result["targets"].items())
+    return (
+        f"### Quality — {result['dataset']} ({result['documents']} docs, {result['queries']} "
+        f"queries, {result['embedder']})\n\n{header(result)}\n\n"
+        + fmt_table(rows, ["method", "nDCG@10", "recall@100", "MRR@10"])
+        + f"\n\nTargets: {targets}.\n\n![quality](benchmarks/results/quality.png)"
+    )
