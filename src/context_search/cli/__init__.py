@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from context_search.cli import bench as _bench
 from context_search.cli import conformance as _conformance
 from context_search.cli import db as _db
 from context_search.cli import demo as _demo
@@ -40,6 +41,9 @@ app.command("gap")(_manage.gap)
 app.command("reindex")(_jobs.reindex)
 app.command("status")(_jobs.status)
 app.command("mcp")(_mcp.mcp_command)
+app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+    _bench.bench
+)
 
 
 def main() -> None:

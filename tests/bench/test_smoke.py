@@ -1,0 +1,29 @@
+"""Every benchmark suite runs end to end on a tiny generated dataset, so the code cannot rot
+between the (on-demand) real runs. Numbers from this run mean nothing and go to a scratch
+directory, never to BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from benchmarks.__main__ import SUITES, main
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_suite_runs_on_a_tiny_dataset(
+    pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tempfile.mkdtemp", lambda prefix="": str(tmp_path))
+    assert main(["all", "--tiny", "--no-peer", "--dsn", pg_dsn]) == 0
+    for suite in SUITES:
+        result = json.loads((tmp_path / f"{suite}.json").read_text(encoding="utf-8"))
+        assert result["suite"] == suite and result["git_revision"]
+    leakage = json.loads((tmp_path / "leakage.json").read_text(encoding="utf-8"))["counts"]
+    assert leakage["hits"] > 0 and leakage["out_of_scope_hits"] == leakage["deleted_hits"] == 0
+    assert json.loads((tmp_path / "propagation.json").read_text(encoding="utf-8"))["leaks"] == 0
+    md = (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert all(f"<!-- bench:{s} -->" in md for s in SUITES)
+    assert (tmp_path / "quality.png").exists() and (tmp_path / "filtered_recall.png").exists()
