@@ -9,6 +9,7 @@ and the exit code is 1.
 from __future__ import annotations
 
 import enum
+import gzip
 import json
 import re
 import time
@@ -111,7 +112,10 @@ def _jsonl(path: Path) -> Iterator[Item]:
 
 def _beir(path: Path, scope: str) -> Iterator[Item]:
     corpus = path / "corpus.jsonl" if path.is_dir() else path
-    with corpus.open(encoding="utf-8") as fh:
+    if path.is_dir() and not corpus.exists():
+        corpus = path / "corpus.jsonl.gz"
+    opener = gzip.open if corpus.suffix == ".gz" else open
+    with opener(corpus, "rt", encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -197,7 +201,8 @@ def _notes(root: Path, scope: str) -> Iterator[Item]:
 def load_items(path: Path, kind: SourceKind, scope: str) -> list[Item]:
     if kind is SourceKind.AUTO:
         if path.is_dir():
-            kind = SourceKind.BEIR if (path / "corpus.jsonl").exists() else SourceKind.DIR
+            beir = (path / "corpus.jsonl").exists() or (path / "corpus.jsonl.gz").exists()
+            kind = SourceKind.BEIR if beir else SourceKind.DIR
         else:
             kind = SourceKind.JSONL
     if kind is SourceKind.JSONL:
