@@ -98,7 +98,8 @@ def tiny_dataset(n_docs: int = 60, n_queries: int = 12, seed: int = 7) -> Datase
     """A generated dataset (topic words + shared filler), for smoke tests of every suite."""
     rng = np.random.default_rng(seed)
     topics = [f"topic{i}" for i in range(n_queries)]
-    filler = "the of and system data result method study cell protein model".split()
+    filler = ["the", "of", "and", "system", "data", "result"]
+    filler += ["method", "study", "cell", "protein", "model"]
     records = []
     qrels: dict[str, set[str]] = defaultdict(set)
     for d in range(n_docs):

@@ -118,9 +118,11 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
         "targets": {
             "lexical_bm25 >= 0.665": metrics["lexical_bm25"]["ndcg@10"] >= 0.665,
             "hybrid_rrf >= 0.72": metrics["hybrid_rrf"]["ndcg@10"] >= 0.72,
+            "hybrid_convex >= 0.72": metrics["hybrid_convex"]["ndcg@10"] >= 0.72,
             "hybrid above peer": (
-                metrics["hybrid_rrf"]["ndcg@10"]
-                > metrics.get("peer_langchain_hybrid", {"ndcg@10": -1.0})["ndcg@10"]
+                None
+                if "peer_langchain_hybrid" not in metrics
+                else metrics["hybrid_rrf"]["ndcg@10"] > metrics["peer_langchain_hybrid"]["ndcg@10"]
             ),
         },
     }
@@ -171,7 +173,10 @@ def markdown(result: dict[str, Any]) -> str:
     rows = [
         [arm, m["ndcg@10"], m["recall@100"], m["mrr@10"]] for arm, m in result["metrics"].items()
     ]
-    targets = ", ".join(f"{k}: {'met' if v else 'missed'}" for k, v in result["targets"].items())
+    targets = ", ".join(
+        f"{k}: {'not run' if v is None else 'met' if v else 'missed'}"
+        for k, v in result["targets"].items()
+    )
     return (
         f"### Quality — {result['dataset']} ({result['documents']} docs, {result['queries']} "
         f"queries, {result['embedder']})\n\n{header(result)}\n\n"
