@@ -19,6 +19,7 @@ It works with any :class:`~context_search.contract.SearchConnector`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,13 @@ from context_search.contract import (
     SearchQuery,
     SearchResponse,
 )
-from context_search.errors import ContextSearchError, InvalidQueryError, NotFoundError
+from context_search.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ContextSearchError,
+    InvalidQueryError,
+    NotFoundError,
+)
 from context_search.lifecycle import (
     Retrieval,
     RetrievalReceipt,
@@ -188,7 +195,8 @@ class _DocOutcome:
 
 
 def _search_key(args: _SearchArgs, _ctx: ToolContext) -> str:
-    return json.dumps(
+    # A digest: the normalised query plus options, fixed-length whatever the query's size.
+    blob = json.dumps(
         [
             retrieval_query_key(args.query),
             args.top_k,
@@ -196,11 +204,17 @@ def _search_key(args: _SearchArgs, _ctx: ToolContext) -> str:
             json.dumps(args.filters, sort_keys=True, default=str),
         ]
     )
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _scopes_set(_query: object, ctx: ToolContext) -> bool:
     # An empty scope list would search nothing; refusing says why instead of a silent zero.
     return bool(validate_scopes(ctx.allowed_scopes))
+
+
+def _safe(text: str) -> str:
+    """Text that encodes as UTF-8 (lone surrogates from hostile input become escapes)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class ToolGateway:
@@ -242,9 +256,9 @@ class ToolGateway:
     def call(self, name: str, arguments: object, context: ToolContext) -> ToolResult:
         """Run one tool call; never raises for bad input or backend failure."""
         try:
-            handler = self._handlers.get(name)
+            handler = self._handlers.get(name) if isinstance(name, str) else None
             if handler is None:
-                raise InvalidQueryError(f"unknown tool {name!r}", details={"tool": name})
+                raise InvalidQueryError("unknown tool", details={"tool": _safe(str(name))[:100]})
             args = self._validated(name, arguments)
             return ToolResult(handler(args, context))
         except ContextSearchError as exc:
@@ -255,9 +269,12 @@ class ToolGateway:
     def _validated(self, name: str, arguments: object) -> Mapping[str, Any]:
         if not isinstance(arguments, Mapping):
             raise InvalidQueryError("tool arguments must be a JSON object")
-        error = next(iter(self._validators[name].iter_errors(dict(arguments))), None)
+        try:
+            error = next(iter(self._validators[name].iter_errors(dict(arguments))), None)
+        except RecursionError:
+            raise InvalidQueryError("tool arguments are nested too deeply") from None
         if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+            where = _safe("/".join(str(p) for p in error.absolute_path) or "arguments")[:200]
             # The validator's message may echo the offending value; the path is enough.
             raise InvalidQueryError(
                 f"invalid arguments for {name} at {where}: {error.validator} violated",
@@ -320,6 +337,7 @@ class ToolGateway:
         return _DocOutcome(sources=(_DocSource(doc),))
 
     def _call_gap(self, args: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        _scopes_set(None, ctx)
         receipt = self._connector.report_gap(
             GapReport(
                 query=args["query"],
@@ -357,10 +375,20 @@ def _search_payload(receipt: RetrievalReceipt[_SearchArgs, _HitSource]) -> dict[
 
 def _error(exc: ContextSearchError) -> dict[str, Any]:
     # Only codes and messages written by this library; details are field names and limits.
-    payload: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    # A backend failure's message may quote stored data of any scope: never forward it.
+    message = (
+        "the retrieval backend failed; try again later"
+        if isinstance(exc, (BackendError, BackendUnavailableError))
+        else _safe(exc.message)
+    )
+    payload: dict[str, Any] = {"code": exc.code, "message": message}
     if exc.hint:
         payload["hint"] = exc.hint
-    safe = {k: v for k, v in exc.details.items() if k in ("field", "rule", "limit", "tool")}
+    safe = {
+        k: _safe(v) if isinstance(v, str) else v
+        for k, v in exc.details.items()
+        if k in ("field", "rule", "limit", "tool") and isinstance(v, (str, int))
+    }
     if safe:
         payload["details"] = safe
     return {"error": payload}

@@ -383,8 +383,17 @@ class InMemorySearchConnector:
                 or stored.lifecycle is Lifecycle.DELETED
             ):
                 return None
+            successor = self._docs.get(stored.superseded_by or "")
+            # The successor's id is shown only to callers who may read the successor.
+            visible = (
+                successor is not None
+                and successor.record.permission_scope in scopes
+                and successor.lifecycle is not Lifecycle.DELETED
+            )
             return ContextDocument.project_record(
-                stored.record, lifecycle=stored.lifecycle, superseded_by=stored.superseded_by
+                stored.record,
+                lifecycle=stored.lifecycle,
+                superseded_by=stored.superseded_by if visible else None,
             )
 
     def search(self, query: SearchQuery) -> SearchResponse:
@@ -552,19 +561,21 @@ class InMemorySearchConnector:
         visible = [
             s
             for s in self._docs.values()
-            if s.record.permission_scope in vq.scopes
-            and s.lifecycle is not Lifecycle.DELETED
-            and (vq.targets is None or s.record.document_id in vq.targets)
+            if s.record.permission_scope in vq.scopes and s.lifecycle is not Lifecycle.DELETED
         ]
         q_terms = tokenize(vq.text, for_query=True)
         lexical = self._bm25(visible, q_terms)
         eligible: list[_Stored] = []
         lifecycle_filtered = filter_filtered = 0
+        targets = None if vq.targets is None else frozenset(vq.targets)
         for s in visible:
             matched = s.record.document_id in lexical
             if s.lifecycle is Lifecycle.SUPERSEDED and not vq.include_superseded:
                 lifecycle_filtered += matched
-            elif not record_matches(s.record, vq.filters):
+            elif not record_matches(s.record, vq.filters) or (
+                targets is not None and s.record.document_id not in targets
+            ):
+                # Statistics stay those of every visible chunk; targets only limit candidates.
                 filter_filtered += matched
             else:
                 eligible.append(s)

@@ -6,11 +6,12 @@ Connectors call these explicitly at their boundary; nothing here touches storage
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from context_search.contract import (
@@ -157,10 +158,24 @@ def validate_doc_id(doc_id: object) -> str:
     return check_text(doc_id, name="doc_id", allow_empty=False)
 
 
+#: Largest integer magnitude accepted anywhere a number is stored or compared: exact in a
+#: double, in JSON and in PostgreSQL ``double precision``.
+MAX_SAFE_INT = 2**53
+
+
+def _finite(value: object) -> bool:
+    """A real number that converts to a finite float (huge ints overflow, not crash)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= MAX_SAFE_INT
+    return math.isfinite(value)
+
+
 def _check_number(value: object, *, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not _finite(value):
         raise InvalidQueryError(f"{name} must be a finite number", details={"field": name})
-    return float(value)
+    return float(value)  # type: ignore[arg-type]
 
 
 def _filter_scalar(field: str, kind: str, value: object) -> Any:
@@ -181,7 +196,7 @@ def _filter_scalar(field: str, kind: str, value: object) -> Any:
 
 
 def _check_filter_number(field: str, value: float) -> float:
-    if not math.isfinite(value):
+    if not _finite(value):
         raise InvalidFilterError(f"filter {field} needs a finite number", details={"field": field})
     return float(value)
 
@@ -339,6 +354,19 @@ def validate_gap(report: object) -> GapReport:
     check_text(report.reason, name="reason", max_bytes=4096, allow_empty=False)
     check_text(report.requester, name="requester", max_bytes=512)
     validate_scopes(report.allowed_scopes)
+    if not isinstance(report.details, Mapping):
+        raise InvalidQueryError("details must be a mapping", details={"field": "details"})
+    try:
+        blob = json.dumps(dict(report.details), allow_nan=False, ensure_ascii=False, default=str)
+        blob.encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+        raise InvalidQueryError(
+            "details must be JSON: finite numbers and valid text", details={"field": "details"}
+        ) from None
+    if "\x00" in blob or "\\u0000" in blob or len(blob.encode("utf-8")) > 65536:
+        raise InvalidQueryError(
+            "details contain a NUL character or exceed 64 KiB", details={"field": "details"}
+        )
     return report
 
 
@@ -367,7 +395,17 @@ _TEXT_FIELDS = (
     "ingest_pipeline_version",
     "source_revision",
 )
+_LONG_TEXT = frozenset({"title", "summary", "source_uri"})
 _TUPLE_FIELDS = ("tags", "entities", "pii_flags", "field_mask", "supersedes")
+
+
+def _storable_time(value: datetime) -> bool:
+    """Readable back from every backend: the UTC instant stays within years 1..9998."""
+    try:
+        utc = value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return False
+    return 1 <= utc.year <= 9998 and 1 <= value.year <= 9998
 
 
 def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
@@ -392,7 +430,8 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
     text("permission_scope", record.permission_scope, allow_empty=False, max_bytes=MAX_SCOPE_CHARS)
     text("body", record.body, allow_empty=False, max_bytes=MAX_BODY_BYTES)
     for name in _TEXT_FIELDS:
-        text(name, getattr(record, name))
+        # Indexed columns must fit a btree entry; free text (title, summary) may be longer.
+        text(name, getattr(record, name), max_bytes=65536 if name in _LONG_TEXT else 1024)
     for name in _TUPLE_FIELDS:
         value = getattr(record, name)
         if not isinstance(value, tuple):
@@ -412,6 +451,8 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
         value = getattr(record, name)
         if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
             raise _record_error(index, doc_id, f"{name} must be a timezone-aware datetime", name)
+        if value is not None and not _storable_time(value):
+            raise _record_error(index, doc_id, f"{name} must be between years 1 and 9998", name)
     if not isinstance(record.metadata, Mapping):
         raise _record_error(index, doc_id, "metadata must be a mapping", "metadata")
     for key, value in record.metadata.items():
@@ -421,8 +462,10 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
             text(f"metadata.{key}", value)
         elif value is not None and not isinstance(value, (bool, int, float)):
             raise _record_error(index, doc_id, f"metadata.{key} must be a scalar", "metadata")
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise _record_error(index, doc_id, f"metadata.{key} must be finite", "metadata")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and not _finite(value):
+            raise _record_error(
+                index, doc_id, f"metadata.{key} must be finite, |n| <= 2**53", "metadata"
+            )
     if not isinstance(record.chunks, tuple):
         raise _record_error(index, doc_id, "chunks must be a tuple of (start, end) spans", "chunks")
     for span in record.chunks:

@@ -415,8 +415,12 @@ class PostgresSearchConnector:
         with self._reader(scopes, "get_document") as conn:
             row = conn.execute(
                 text(
-                    "SELECT * FROM documents WHERE doc_id = :id AND lifecycle <> 'deleted' "
-                    "AND permission_scope = ANY(:scopes)"
+                    # The successor's id only for callers who may read the successor.
+                    "SELECT d.*, (SELECT s.doc_id FROM documents s "
+                    "WHERE s.doc_id = d.superseded_by AND s.lifecycle <> 'deleted' "
+                    "AND s.permission_scope = ANY(:scopes)) AS visible_successor "
+                    "FROM documents d WHERE d.doc_id = :id AND d.lifecycle <> 'deleted' "
+                    "AND d.permission_scope = ANY(:scopes)"
                 ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
                 {"id": doc_id, "scopes": sorted(scopes)},
             ).one_or_none()
@@ -743,7 +747,7 @@ def _document(row: Row[Any]) -> ContextDocument:
         entities=tuple(m["entities"]),
         content_id=m["content_id"],
         source_revision=m["source_revision"],
-        superseded_by=m["superseded_by"],
+        superseded_by=m["visible_successor"] if "visible_successor" in m else m["superseded_by"],
         masked_fields=tuple(sorted(set(m["field_mask"]) | set(m["pii_flags"]))),
         metadata=dict(m["metadata"]),
     )
