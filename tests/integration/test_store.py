@@ -387,6 +387,27 @@ def test_web_query_syntax_phrases_and_negation(store: PostgresSearchConnector) -
     assert lexical("-garnet") == set()
 
 
+def _counters_and_recount(
+    pg_dsn: str, schema: str
+) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """(scope_stats rows, the same figures recounted from chunks): equal when consistent."""
+    s = sql.Identifier(schema)
+    with psycopg.connect(pg_dsn) as conn:
+        kept = conn.execute(
+            sql.SQL(
+                "SELECT permission_scope, lifecycle, chunks, tokens FROM {}.scope_stats "
+                "WHERE chunks <> 0 ORDER BY 1, 2"
+            ).format(s)
+        ).fetchall()
+        recount = conn.execute(
+            sql.SQL(
+                "SELECT permission_scope, lifecycle, count(*), sum(token_count) FROM {}.chunks "
+                "GROUP BY 1, 2 ORDER BY 1, 2"
+            ).format(s)
+        ).fetchall()
+    return kept, recount
+
+
 def test_scope_stats_and_postings_follow_every_write(
     store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -412,19 +433,8 @@ def test_scope_stats_and_postings_follow_every_write(
         ]
     )
     s = sql.Identifier(pg_schema)
+    kept, recount = _counters_and_recount(pg_dsn, pg_schema)
     with psycopg.connect(pg_dsn) as conn:
-        kept = conn.execute(
-            sql.SQL(
-                "SELECT permission_scope, lifecycle, chunks, tokens FROM {}.scope_stats "
-                "WHERE chunks <> 0 ORDER BY 1, 2"
-            ).format(s)
-        ).fetchall()
-        recount = conn.execute(
-            sql.SQL(
-                "SELECT permission_scope, lifecycle, count(*), sum(token_count) FROM {}.chunks "
-                "GROUP BY 1, 2 ORDER BY 1, 2"
-            ).format(s)
-        ).fetchall()
         stale = conn.execute(
             sql.SQL(
                 "SELECT count(*) FROM {s}.postings p JOIN {s}.chunks c USING (chunk_id) "
@@ -444,19 +454,7 @@ def test_scope_stats_and_postings_follow_every_write(
         ("supersede", "doc-00006"),
     ]
     assert store.reindex().done == 4
-    with psycopg.connect(pg_dsn) as conn:
-        kept = conn.execute(
-            sql.SQL(
-                "SELECT permission_scope, lifecycle, chunks, tokens FROM {}.scope_stats "
-                "WHERE chunks <> 0 ORDER BY 1, 2"
-            ).format(s)
-        ).fetchall()
-        recount = conn.execute(
-            sql.SQL(
-                "SELECT permission_scope, lifecycle, count(*), sum(token_count) FROM {}.chunks "
-                "GROUP BY 1, 2 ORDER BY 1, 2"
-            ).format(s)
-        ).fetchall()
+    kept, recount = _counters_and_recount(pg_dsn, pg_schema)
     assert kept == recount  # the purge took its chunks out of the counters too
     assert ("team", "deleted") not in {(r[0], r[1]) for r in kept}
 
