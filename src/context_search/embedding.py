@@ -20,7 +20,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from context_search.errors import RetrieverUnconfiguredError
+from context_search.errors import (
+    ContextSearchError,
+    EmbeddingFailedError,
+    RetrieverUnconfiguredError,
+)
 from context_search.text.segment import is_cjk, tokenize
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "DEFAULT_MODEL_ID",
     "EMBEDDINGS_EXTRA_HINT",
     "Embedder",
+    "GuardedEmbedder",
     "HashingEmbedder",
     "SentenceTransformerEmbedder",
     "default_embedder",
@@ -287,3 +292,45 @@ def default_embedder() -> Embedder:
         if _DEFAULT is None:
             _DEFAULT = SentenceTransformerEmbedder()
         return _DEFAULT
+
+
+class GuardedEmbedder:
+    """Turns whatever an embedder raises into ``EMBEDDING_FAILED``.
+
+    Embedders are user code (a local model, a remote API client); their exceptions are
+    arbitrary. Callers of the store should see one typed error, with the original chained,
+    and know that the write it interrupted was rolled back.
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> Vector:
+        try:
+            return self.inner.embed_documents(texts)
+        except ContextSearchError:
+            raise
+        except Exception as exc:
+            raise self._failed(exc) from exc
+
+    def embed_query(self, text: str) -> Vector:
+        try:
+            return self.inner.embed_query(text)
+        except ContextSearchError:
+            raise
+        except Exception as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: Exception) -> EmbeddingFailedError:
+        return EmbeddingFailedError(
+            f"embedder {self.model_id} raised {type(exc).__name__}",
+            details={"model_id": self.model_id, "error": type(exc).__name__},
+        )

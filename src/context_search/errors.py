@@ -16,6 +16,8 @@ code                       meaning
 ``RETRIEVER_UNCONFIGURED`` no retrieval backend is configured for the request
 ``BACKEND_UNAVAILABLE``    the database could not be started or reached
 ``BACKEND_ERROR``          the database failed while serving a request
+``CANCELLED``              the call was cancelled or ran past its time limit
+``EMBEDDING_FAILED``       the embedder raised while embedding; nothing was written
 ``DUPLICATE_QUERY``        the same retrieval key was already attempted in this request
 ``EFFECT_FAILED``          a retrieval effect failed after the retrieval succeeded
 ``QUOTA_EXCEEDED``         the caller's retrieval quota is used up
@@ -32,8 +34,10 @@ from typing import Any, ClassVar
 __all__ = [
     "BackendError",
     "BackendUnavailableError",
+    "CancelledError",
     "ContextSearchError",
     "DuplicateQueryError",
+    "EmbeddingFailedError",
     "IndexStaleError",
     "InvalidFilterError",
     "InvalidQueryError",
@@ -137,6 +141,19 @@ class BackendUnavailableError(ContextSearchError, ConnectionError):
 class BackendError(ContextSearchError, RuntimeError):
     code = "BACKEND_ERROR"
     hint = "see the server log; the request was rolled back and can be retried"
+
+
+class CancelledError(ContextSearchError):
+    """A statement timeout or an explicit cancel stopped the call; ``details["reason"]`` is
+    ``"timeout"`` or ``"cancelled"``. Reads return nothing partial; writes rolled back."""
+
+    code = "CANCELLED"
+    hint = "the call hit its time limit or was cancelled; retry, or raise the timeout"
+
+
+class EmbeddingFailedError(ContextSearchError):
+    code = "EMBEDDING_FAILED"
+    hint = "the embedder raised (see the chained cause); nothing of the batch was written"
 
 
 class DuplicateQueryError(ContextSearchError):

@@ -13,9 +13,15 @@ from psycopg import sql
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.contract import index_config_revision
-from context_search.errors import RetrieverUnconfiguredError
+from context_search.errors import EmbeddingFailedError, RetrieverUnconfiguredError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.engine import create_store_engine, current_revision, downgrade, migrate
+from context_search.postgres.engine import (
+    close_store_engine,
+    create_store_engine,
+    current_revision,
+    downgrade,
+    migrate,
+)
 from context_search.postgres.models import Base
 
 
@@ -68,7 +74,7 @@ def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
         migrate(engine, schema=pg_schema)
         assert current_revision(engine, schema=pg_schema) == "0004"
     finally:
-        engine.dispose()
+        close_store_engine(engine)
 
 
 def _records(n: int, *, prefix: str = "doc", scope: str = "team") -> list[ContextDocumentRecord]:
@@ -152,8 +158,10 @@ def test_mid_batch_failure_leaves_batch_untouched(pg_dsn: str, pg_schema: str) -
         for i, r in enumerate(_records(30))
     ]
     with PostgresSearchConnector.open(pg_dsn, embedder=failing, schema=pg_schema) as store:
-        with pytest.raises(RuntimeError, match="embedder crashed"):
+        with pytest.raises(EmbeddingFailedError) as caught:
             store.upsert(changed, batch_size=10)
+    assert caught.value.code == "EMBEDDING_FAILED"
+    assert isinstance(caught.value.__cause__, RuntimeError)
     after = _snapshot(pg_dsn, pg_schema)
     # Batches 1 and 2 (records 0-19) committed; batch 3 (20-29) left exactly as it was.
     assert [r for r in after if r[0] >= "doc-00020"] == [r for r in before if r[0] >= "doc-00020"]

@@ -16,7 +16,12 @@ from context_search.cli.common import (
     cli_errors,
     echo_json,
 )
-from context_search.postgres.engine import create_store_engine, current_revision, migrate
+from context_search.postgres.engine import (
+    close_store_engine,
+    create_store_engine,
+    current_revision,
+    migrate,
+)
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import validate_schema
 
@@ -41,7 +46,7 @@ def migrate_command(
             migrate(engine, schema=schema, revision=revision, dimension=dimension)
             after = current_revision(engine, schema=schema)
         finally:
-            engine.dispose()
+            close_store_engine(engine)
     if as_json:
         echo_json({"server": server.description, "schema": schema, "from": before, "to": after})
     else:

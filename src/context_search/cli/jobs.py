@@ -28,7 +28,12 @@ from context_search.cli.common import (
     open_store,
 )
 from context_search.errors import ContextSearchError
-from context_search.postgres.engine import create_store_engine, current_revision, head_revision
+from context_search.postgres.engine import (
+    close_store_engine,
+    create_store_engine,
+    current_revision,
+    head_revision,
+)
 from context_search.postgres.jobs import queue_status
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import validate_schema
@@ -166,7 +171,7 @@ def status(
                     else []
                 )
         finally:
-            engine.dispose()
+            close_store_engine(engine)
     head = head_revision()
     report = {
         "server": server.description,

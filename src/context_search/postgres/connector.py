@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
+import numpy as np
 from sqlalchemy import Connection, Engine, Row, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
@@ -42,21 +43,32 @@ from context_search.contract import (
     gap_id_for,
     index_config_revision,
 )
-from context_search.embedding import Embedder, default_embedder
+from context_search.embedding import Embedder, GuardedEmbedder, default_embedder
 from context_search.errors import (
+    CancelledError,
+    EmbeddingFailedError,
     IndexStaleError,
     InvalidQueryError,
     NotFoundError,
     RetrieverUnconfiguredError,
     RevisionMismatchError,
 )
-from context_search.postgres.engine import create_store_engine, migrate, translate_errors
+from context_search.postgres.cancel import Cancellation
+from context_search.postgres.engine import (
+    ConnectionSettings,
+    close_store_engine,
+    create_store_engine,
+    migrate,
+    ms,
+    translate_errors,
+)
 from context_search.postgres.ingest import (
     ENQUEUE_INDEX,
     LIFECYCLE_POSTINGS,
     STATS_DELTA,
     SYNC_COPIES,
     IndexSettings,
+    PreparedRecord,
     ProgressCallback,
     prepare,
     write_batch,
@@ -114,13 +126,17 @@ class PostgresSearchConnector:
         planner_settings: Mapping[str, str] | None = None,
         exact_threshold: int = 2000,
         per_term: int = 1000,
+        connection: ConnectionSettings | None = None,
     ) -> None:
+        self._connection = connection or ConnectionSettings()
         self._planner = dict(planner_settings or {})
         self._exact_threshold = exact_threshold
         self._per_term = per_term
         self._engine = engine
         self._schema = schema
-        self._embedder = embedder
+        self._embedder = (
+            embedder if isinstance(embedder, GuardedEmbedder) else GuardedEmbedder(embedder)
+        )
         self._settings = settings
         self._fusion = fusion
         self._owns_engine = owns_engine
@@ -145,6 +161,7 @@ class PostgresSearchConnector:
         exact_threshold: int = 2000,
         lexical_per_term: int = 1000,
         reconfigure: bool = False,
+        connection: ConnectionSettings | None = None,
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
@@ -162,6 +179,10 @@ class PostgresSearchConnector:
         ``RETRIEVER_UNCONFIGURED`` unless ``reconfigure=True``, which makes these settings
         active for every process and queues re-embedding of all documents (until the jobs
         ran, their evidence says ``pending``).
+
+        ``connection`` sizes the connection pool and sets the time limits (defaults: see
+        :class:`ConnectionSettings`; reads are limited to 30 s, a waiting call gives up after
+        10 s without a connection).
         """
         schema = validate_schema(schema or DEFAULT_SCHEMA)
         planner = dict(planner_settings or {})
@@ -174,7 +195,8 @@ class PostgresSearchConnector:
             raise InvalidQueryError("pool_size must be between 1 and 1000")
         handle = resolve_server(dsn)
         embedder = embedder or default_embedder()
-        engine = create_store_engine(handle.dsn, schema=schema)
+        connection = connection or ConnectionSettings()
+        engine = create_store_engine(handle.dsn, schema=schema, connection=connection)
         try:
             if auto_migrate:
                 migrate(engine, schema=schema, dimension=embedder.dimension)
@@ -182,7 +204,7 @@ class PostgresSearchConnector:
                 engine, embedder, chunk_bytes, chunk_overlap, text_search_config, reconfigure
             )
         except BaseException:
-            engine.dispose()
+            close_store_engine(engine)
             raise
         return cls(
             engine,
@@ -196,6 +218,7 @@ class PostgresSearchConnector:
             planner_settings=planner,
             exact_threshold=exact_threshold,
             per_term=lexical_per_term,
+            connection=connection,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -206,7 +229,7 @@ class PostgresSearchConnector:
 
     def close(self) -> None:
         if self._owns_engine:
-            self._engine.dispose()
+            close_store_engine(self._engine)
 
     @property
     def engine(self) -> Engine:
@@ -223,19 +246,51 @@ class PostgresSearchConnector:
     # -- transactions -----------------------------------------------------------------------
 
     @contextmanager
-    def _reader(self, scopes: frozenset[str], action: str) -> Iterator[Connection]:
-        """A read transaction as the reader role, RLS scoped to ``scopes``."""
-        with translate_errors(action), self._engine.begin() as conn:
-            # One snapshot for every statement of the read (search + target evidence).
-            conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
-            conn.execute(text(f'SET LOCAL ROLE "{self._reader_role}"'))
-            conn.execute(
-                text(
-                    "SELECT set_config(:name, CAST(CAST(:scopes AS text[]) AS text), true)"
-                ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
-                {"name": _SCOPES_SETTING, "scopes": sorted(scopes)},
+    def _reader(
+        self,
+        scopes: frozenset[str],
+        action: str,
+        *,
+        cancel: Cancellation | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[Connection]:
+        """A read transaction as the reader role, RLS scoped to ``scopes``, bounded by the
+        read time limit and stoppable through ``cancel``."""
+        limit = self._connection.search_timeout_s if timeout_s is None else timeout_s
+        if not isinstance(limit, int | float) or not 0 <= limit <= 86_400:
+            raise InvalidQueryError(
+                "timeout_s must be between 0 and 86400 seconds", details={"field": "timeout_s"}
             )
-            yield conn
+        if cancel is not None:
+            cancel.check(action)
+        try:
+            with translate_errors(action), self._engine.begin() as conn:
+                # One snapshot for every statement of the read (search + target evidence).
+                conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+                conn.execute(text(f'SET LOCAL ROLE "{self._reader_role}"'))
+                conn.execute(
+                    text(
+                        "SELECT set_config(:name, CAST(CAST(:scopes AS text[]) AS text), true), "
+                        "set_config('statement_timeout', :limit, true)"
+                    ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+                    {"name": _SCOPES_SETTING, "scopes": sorted(scopes), "limit": str(ms(limit))},
+                )
+                raw = conn.connection.dbapi_connection
+                if cancel is not None:
+                    cancel.attach(raw, action)
+                try:
+                    yield conn
+                finally:
+                    if cancel is not None:
+                        cancel.detach(raw)
+        except CancelledError as exc:
+            if cancel is not None and cancel.cancelled:
+                raise CancelledError(
+                    f"{action}: cancelled by the caller", details={"reason": "cancelled"}
+                ) from exc
+            raise
+        if cancel is not None:
+            cancel.check(action)  # cancelled after the last statement: still no result
 
     # -- write side -------------------------------------------------------------------------
 
@@ -260,9 +315,10 @@ class PostgresSearchConnector:
         chunks = embeddings = 0
         for start in range(0, len(prepared), batch_size):
             batch = prepared[start : start + batch_size]
+            embedder = self._embedder if defer_indexing else self._embed_ahead(batch)
             with translate_errors("upsert"), self._engine.begin() as conn:
                 out, c, e = write_batch(
-                    conn, batch, self._embedder, self._settings, deferred=defer_indexing
+                    conn, batch, embedder, self._settings, deferred=defer_indexing
                 )
             outcomes.extend(out)
             chunks += c
@@ -272,6 +328,29 @@ class PostgresSearchConnector:
         return IngestReport(
             outcomes=tuple(outcomes), chunks_written=chunks, embeddings_computed=embeddings
         )
+
+    def _embed_ahead(self, batch: Sequence[PreparedRecord]) -> Embedder:
+        """Embed the records that look changed before the write transaction opens, so the
+        model never runs while rows are locked or a transaction sits idle (the server ends
+        idle transactions after ``idle_in_transaction_timeout_s``). The transaction re-checks
+        under its locks; a record changed by a concurrent writer is embedded there."""
+        ids = [p.record.document_id for p in batch]
+        with translate_errors("upsert"), self._engine.connect() as conn:
+            seen = {
+                row.doc_id: row.record_hash
+                for row in conn.execute(
+                    text(
+                        "SELECT doc_id, record_hash FROM documents WHERE doc_id = ANY(:ids) "
+                        "AND indexed_content_id IS NOT DISTINCT FROM content_id "
+                        "AND indexed_config_revision = :revision"
+                    ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+                    {"ids": ids, "revision": self._settings.revision},
+                )
+            }
+        texts = [
+            t for p in batch if seen.get(p.record.document_id) != p.hash for t in p.index_texts
+        ]
+        return _Precomputed(self._embedder, texts)
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
         """Visibility changes at once, in one transaction; deleted content is purged by a job."""
@@ -409,10 +488,17 @@ class PostgresSearchConnector:
 
     # -- read side --------------------------------------------------------------------------
 
-    def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
+    def get_document(
+        self,
+        doc_id: str,
+        allowed_scopes: Sequence[str],
+        *,
+        cancel: Cancellation | None = None,
+        timeout_s: float | None = None,
+    ) -> ContextDocument | None:
         validate_doc_id(doc_id)
         scopes = validate_scopes(allowed_scopes)
-        with self._reader(scopes, "get_document") as conn:
+        with self._reader(scopes, "get_document", cancel=cancel, timeout_s=timeout_s) as conn:
             row = conn.execute(
                 text(
                     # The successor's id only for callers who may read the successor.
@@ -426,9 +512,20 @@ class PostgresSearchConnector:
             ).one_or_none()
         return None if row is None else _document(row)
 
-    def search(self, query: SearchQuery) -> SearchResponse:
+    def search(
+        self,
+        query: SearchQuery,
+        *,
+        cancel: Cancellation | None = None,
+        timeout_s: float | None = None,
+    ) -> SearchResponse:
+        """Hybrid search in one read snapshot.
+
+        ``timeout_s`` overrides the read time limit for this call; ``cancel`` stops it from
+        another thread. Either ends the call with ``CANCELLED``, never a partial result.
+        """
         vq = validate_query(query)
-        rows, extra = self._run_with_evidence(vq)
+        rows, extra = self._run_with_evidence(vq, cancel=cancel, timeout_s=timeout_s)
         first = rows[0]
         candidates = [r for r in rows if r.doc_id is not None]
         cut = cut_to_hits([_entry(r) for r in candidates], top_k=vq.top_k, min_score=vq.min_score)
@@ -485,7 +582,14 @@ class PostgresSearchConnector:
         )
         return SearchResponse(hits=tuple(hits), stats=stats, rank_log=log, evidence=evidence)
 
-    def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
+    def explain(
+        self,
+        doc_id: str,
+        query: SearchQuery,
+        *,
+        cancel: Cancellation | None = None,
+        timeout_s: float | None = None,
+    ) -> RankExplanation:
         validate_doc_id(doc_id)
         vq = validate_query(query)
         filter_sql, params = build_filter_sql(vq.filters)
@@ -494,7 +598,7 @@ class PostgresSearchConnector:
             clause_sql, clause_params = build_filter_sql((clause,), prefix=f"v{i}_")
             verdicts += f", ({clause_sql}) AS v{i}"
             params.update(clause_params)
-        with self._reader(vq.scopes, "explain") as conn:
+        with self._reader(vq.scopes, "explain", cancel=cancel, timeout_s=timeout_s) as conn:
             row = conn.execute(
                 text(
                     f"SELECT d.lifecycle, ({filter_sql}) AS passed{verdicts} "  # noqa: S608
@@ -550,9 +654,11 @@ class PostgresSearchConnector:
         rows = self._run(vq, plan="EXPLAIN (ANALYZE, BUFFERS) " if analyze else "EXPLAIN ")
         return "\n".join(str(r[0]) for r in rows)
 
-    def _run_with_evidence(self, vq: ValidQuery) -> tuple[list[Row[Any]], list[Row[Any]]]:
+    def _run_with_evidence(
+        self, vq: ValidQuery, *, cancel: Cancellation | None, timeout_s: float | None
+    ) -> tuple[list[Row[Any]], list[Row[Any]]]:
         extra_ids = sorted({*(vq.targets or ()), *(d for d, _ in vq.pinned)})
-        with self._reader(vq.scopes, "search") as conn:
+        with self._reader(vq.scopes, "search", cancel=cancel, timeout_s=timeout_s) as conn:
             rows = self._run(vq, conn=conn)
             extra = (
                 list(conn.execute(EVIDENCE_SQL, {"ids": extra_ids, "scopes": sorted(vq.scopes)}))
@@ -611,6 +717,47 @@ class PostgresSearchConnector:
         if vq.targets is not None:
             sql = sql.bindparams(bindparam("targets", type_=ARRAY(Text)))
         return list(conn.execute(sql, bind))
+
+
+class _Precomputed:
+    """An embedder that answers from vectors computed up front and asks the model only for
+    texts it has not seen."""
+
+    def __init__(self, inner: Embedder, texts: Sequence[str]) -> None:
+        self._inner = inner
+        unique = list(dict.fromkeys(texts))
+        self._known: dict[str, Any] = {}
+        if unique:
+            self._remember(unique, inner.embed_documents(unique))
+
+    def _remember(self, texts: list[str], vectors: Any) -> None:
+        if getattr(vectors, "shape", None) != (len(texts), self._inner.dimension):
+            raise EmbeddingFailedError(
+                f"embedder {self._inner.model_id} returned shape "
+                f"{getattr(vectors, 'shape', None)}, expected ({len(texts)}, "
+                f"{self._inner.dimension})",
+                details={"model_id": self._inner.model_id, "error": "shape"},
+            )
+        self._known.update(zip(texts, vectors, strict=True))
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self._inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> Any:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._known))
+        if missing:
+            self._remember(missing, self._inner.embed_documents(missing))
+        if not texts:
+            return self._inner.embed_documents([])
+        return np.stack([self._known[t] for t in texts])
+
+    def embed_query(self, text: str) -> Any:
+        return self._inner.embed_query(text)
 
 
 def _lexical_params(query: str) -> dict[str, str]:

@@ -3,46 +3,160 @@
 Each connection starts with ``search_path = <schema>, public`` (``public`` holds the
 ``vector`` extension's types and operators), so ORM statements, ``sqlalchemy.text`` SQL and
 alembic all address the same tables without formatting schema names into queries.
+
+Connections come from a ``psycopg_pool.ConnectionPool`` (SQLAlchemy runs on ``NullPool`` with
+the pool's ``getconn`` as creator, the integration psycopg documents): the pool checks a
+connection before lending it, replaces broken ones in the background with backoff, and
+recycles idle and old connections. So after a server restart or a killed backend the next
+call gets a fresh connection, while the call that was in flight fails with
+``BACKEND_UNAVAILABLE``. Server-side limits are set per connection (``ConnectionSettings``):
+a statement timeout as a backstop for runaway statements and an idle-in-transaction timeout
+so a stalled client cannot hold locks; searches set their own, shorter limit.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import sqlalchemy.exc
 from alembic import command
 from alembic.config import Config
+from psycopg_pool import ConnectionPool
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
 
-from context_search.errors import BackendError, BackendUnavailableError, ContextSearchError
+from context_search.errors import (
+    BackendError,
+    BackendUnavailableError,
+    CancelledError,
+    ContextSearchError,
+    InvalidQueryError,
+)
 from context_search.postgres.server import redact, sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA, quote_schema, validate_schema
 
 __all__ = [
+    "ConnectionSettings",
     "alembic_config",
+    "close_store_engine",
     "create_store_engine",
     "current_revision",
     "downgrade",
     "head_revision",
     "migrate",
+    "ms",
     "translate_errors",
 ]
 
 
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Pool sizing and server-side time limits; every field has a production default.
+
+    ``pool_timeout_s`` bounds how long a call waits for a connection (also while the server
+    is down: the call then fails with ``BACKEND_UNAVAILABLE`` instead of hanging).
+    ``statement_timeout_s`` is the per-connection backstop; ``search_timeout_s`` the limit of
+    one read call (search, explain, get). ``idle_in_transaction_timeout_s`` ends sessions that
+    sit in an open transaction doing nothing (the library never does: embeddings are
+    computed before a write transaction begins). ``0`` disables a server-side limit.
+    """
+
+    min_size: int = 1
+    max_size: int = 10
+    pool_timeout_s: float = 10.0
+    connect_timeout_s: int = 5
+    statement_timeout_s: float = 300.0
+    search_timeout_s: float = 30.0
+    idle_in_transaction_timeout_s: float = 60.0
+    max_idle_s: float = 300.0
+    max_lifetime_s: float = 3600.0
+    application_name: str = "context-search"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_size <= self.max_size or self.max_size < 1:
+            raise InvalidQueryError(
+                "pool sizes need 0 <= min_size <= max_size and max_size >= 1",
+                details={"field": "connection"},
+            )
+        for name in (
+            "pool_timeout_s",
+            "statement_timeout_s",
+            "search_timeout_s",
+            "idle_in_transaction_timeout_s",
+            "max_idle_s",
+            "max_lifetime_s",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 <= value <= 86_400:
+                raise InvalidQueryError(
+                    f"{name} must be between 0 and 86400 seconds", details={"field": name}
+                )
+
+
+def ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+_POOLS: weakref.WeakKeyDictionary[Engine, ConnectionPool[Any]] = weakref.WeakKeyDictionary()
+
+
 def create_store_engine(
-    dsn: str, *, schema: str = DEFAULT_SCHEMA, pool_size: int = 5, **kwargs: Any
+    dsn: str,
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    connection: ConnectionSettings | None = None,
+    **kwargs: Any,
 ) -> Engine:
+    """An engine on a fresh connection pool; release both with :func:`close_store_engine`."""
     validate_schema(schema)
-    return create_engine(
-        sqlalchemy_url(dsn),
-        connect_args={"options": f"-c search_path={schema},public", "connect_timeout": 10},
-        pool_size=pool_size,
-        pool_pre_ping=True,
-        **kwargs,
+    cfg = connection or ConnectionSettings()
+    options = " ".join(
+        (
+            f"-c search_path={schema},public",
+            f"-c statement_timeout={ms(cfg.statement_timeout_s)}",
+            f"-c idle_in_transaction_session_timeout={ms(cfg.idle_in_transaction_timeout_s)}",
+        )
     )
+    url = sqlalchemy_url(dsn)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url.replace("postgresql+psycopg://", "postgresql://", 1),
+        kwargs={
+            "options": options,
+            "connect_timeout": cfg.connect_timeout_s,
+            "application_name": cfg.application_name,
+            # Notice a peer that vanished without closing the socket (host down, network cut)
+            # within about a minute instead of the kernel's two hours.
+            "keepalives": 1,
+            "keepalives_idle": 30,
+            "keepalives_interval": 10,
+            "keepalives_count": 3,
+        },
+        min_size=cfg.min_size,
+        max_size=cfg.max_size,
+        timeout=cfg.pool_timeout_s,
+        max_idle=cfg.max_idle_s,
+        max_lifetime=cfg.max_lifetime_s,
+        check=ConnectionPool.check_connection,
+        close_returns=True,
+        name=f"context-search:{schema}",
+        open=True,
+    )
+    engine = create_engine(url, poolclass=NullPool, creator=pool.getconn, **kwargs)
+    _POOLS[engine] = pool
+    return engine
+
+
+def close_store_engine(engine: Engine) -> None:
+    """Dispose of the engine and close its connection pool (idempotent)."""
+    engine.dispose()
+    pool = _POOLS.pop(engine, None)
+    if pool is not None:
+        pool.close()
 
 
 def alembic_config(
@@ -61,6 +175,8 @@ def migrate(
     """Upgrade the schema to ``revision`` in one transaction per migration."""
     cfg = alembic_config(schema=schema, dimension=dimension)
     with translate_errors("migrate"), engine.connect() as conn:
+        # Index builds on a large table may outlast the connection's statement backstop.
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
         conn.commit()
@@ -106,6 +222,11 @@ def translate_errors(action: str, *, dsn: str | None = None) -> Iterator[None]:
         orig = exc.orig
         state = getattr(orig, "sqlstate", None) or ""
         where = f" ({redact(dsn)})" if dsn else ""
+        if state == "57014":  # query_canceled: statement_timeout or a cancel request
+            raise CancelledError(
+                f"{action}: cancelled or timed out; nothing was changed",
+                details={"sqlstate": state, "reason": "timeout"},
+            ) from exc
         if isinstance(orig, psycopg.OperationalError) and state[:2] in ("", "08", "57"):
             raise BackendUnavailableError(
                 f"{action}: database unreachable{where}", details={"sqlstate": state}
