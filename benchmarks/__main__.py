@@ -1,7 +1,8 @@
 """``python -m benchmarks <suite>``: run a suite, write ``benchmarks/results/<suite>.json``
 and its section of BENCHMARKS.md.
 
-Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, plots, all.
+Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, plots, all;
+``reliability`` (load + injected faults on its own restartable server; not part of ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
 """
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("suite", choices=(*SUITES, "plots", "all"))
+    parser.add_argument("suite", choices=(*SUITES, "plots", "all", "reliability"))
     parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
     parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
     parser.add_argument("--dsn", default=None)
@@ -34,9 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tiny", action="store_true", help="Generated tiny dataset; scratch output."
     )
+    parser.add_argument("--duration", type=float, default=600.0, help="Reliability load, s.")
+    parser.add_argument("--rounds", type=int, default=100, help="Reliability rounds per fault.")
     args = parser.parse_args(argv)
     out_dir = Path(tempfile.mkdtemp(prefix="cs-bench-")) if args.tiny else common.RESULTS
     md = out_dir / "BENCHMARKS.md" if args.tiny else common.ROOT / "BENCHMARKS.md"
+    if args.suite == "reliability":
+        return _reliability(args, argv, out_dir, md)
     if args.suite == "plots":
         from benchmarks import plots
 
@@ -78,6 +83,28 @@ def main(argv: list[str] | None = None) -> int:
 
         plots.run(out_dir)
     return 0
+
+
+def _reliability(args: argparse.Namespace, argv: list[str], out_dir: Path, md: Path) -> int:
+    from benchmarks import reliability
+    from context_search.postgres.server import temporary_server
+
+    duration, rounds = (5.0, 2) if args.tiny else (args.duration, args.rounds)
+    if args.dsn:  # an external server: everything but the restart faults
+        result = reliability.run(args.dsn, None, duration_s=duration, rounds=rounds)
+    else:
+        with temporary_server() as handle:
+            result = reliability.run(
+                handle.dsn, handle.data_dir, duration_s=duration, rounds=rounds
+            )
+    result = {**common.envelope("reliability", argv), **result}
+    path = common.write_result("reliability", result, out_dir)
+    common.update_benchmarks_md("reliability", reliability.markdown(result), md)
+    common.log(f"wrote {path}")
+    failures = sum(k["failures"] for k in result["faults"]["kinds"].values())
+    load = result["load"]
+    bad = failures + result["faults"]["writes_lost_or_wrong"] + load["errors"] + load["leaks"]
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

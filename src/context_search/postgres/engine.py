@@ -64,6 +64,9 @@ class ConnectionSettings:
     one read call (search, explain, get). ``idle_in_transaction_timeout_s`` ends sessions that
     sit in an open transaction doing nothing (the library never does: embeddings are
     computed before a write transaction begins). ``0`` disables a server-side limit.
+    ``reconnect_timeout_s`` caps one round of reconnect attempts with backoff (psycopg_pool
+    doubles the delay each time); a short round means that once a restarted server answers,
+    the pool tries again within a few seconds rather than after minutes of backoff.
     """
 
     min_size: int = 1
@@ -75,6 +78,7 @@ class ConnectionSettings:
     idle_in_transaction_timeout_s: float = 60.0
     max_idle_s: float = 300.0
     max_lifetime_s: float = 3600.0
+    reconnect_timeout_s: float = 10.0
     application_name: str = "context-search"
 
     def __post_init__(self) -> None:
@@ -90,6 +94,7 @@ class ConnectionSettings:
             "idle_in_transaction_timeout_s",
             "max_idle_s",
             "max_lifetime_s",
+            "reconnect_timeout_s",
         ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 <= value <= 86_400:
@@ -100,6 +105,24 @@ class ConnectionSettings:
 
 def ms(seconds: float) -> int:
     return round(seconds * 1000)
+
+
+class _PoolReturningConnection(psycopg.Connection[Any]):
+    """Hands a connection back to its pool on ``close()`` even when the server broke it.
+
+    With ``close_returns=True`` psycopg's ``close()`` returns early for a connection that is
+    already closed, which is exactly the state a terminated backend or a restarted server
+    leaves behind; SQLAlchemy then drops it and the pool never learns that the slot is free.
+    After ``max_size`` such failures every call would time out waiting. ``putconn`` is the
+    pool's own path for broken connections: it counts the loss and opens a replacement.
+    """
+
+    def close(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None and self.closed:
+            pool.putconn(self)
+            return
+        super().close()
 
 
 _POOLS: weakref.WeakKeyDictionary[Engine, ConnectionPool[Any]] = weakref.WeakKeyDictionary()
@@ -125,6 +148,7 @@ def create_store_engine(
     url = sqlalchemy_url(dsn)
     pool: ConnectionPool[Any] = ConnectionPool(
         url.replace("postgresql+psycopg://", "postgresql://", 1),
+        connection_class=_PoolReturningConnection,
         kwargs={
             "options": options,
             "connect_timeout": cfg.connect_timeout_s,
@@ -141,6 +165,7 @@ def create_store_engine(
         timeout=cfg.pool_timeout_s,
         max_idle=cfg.max_idle_s,
         max_lifetime=cfg.max_lifetime_s,
+        reconnect_timeout=cfg.reconnect_timeout_s,
         check=ConnectionPool.check_connection,
         close_returns=True,
         name=f"context-search:{schema}",

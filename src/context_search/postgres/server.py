@@ -59,6 +59,7 @@ __all__ = [
     "ENV_VAR",
     "ServerHandle",
     "default_data_dir",
+    "ensure_embedded",
     "redact",
     "resolve_server",
     "sqlalchemy_url",
@@ -103,6 +104,12 @@ def resolve_server(dsn: str | None = None, *, data_dir: Path | None = None) -> S
     if env_dsn:
         return _external(env_dsn, "env", f"{ENV_VAR}=")
     return _embedded(data_dir or default_data_dir(), cleanup_mode=None)[1]
+
+
+def ensure_embedded(data_dir: Path) -> ServerHandle:
+    """Start the embedded server on ``data_dir`` if it is not running (e.g. after
+    ``stop_server``); it listens on the same socket, so existing DSNs stay valid."""
+    return _embedded(data_dir, cleanup_mode=None)[1]
 
 
 @contextmanager
