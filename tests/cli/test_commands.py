@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 from typer.testing import CliRunner
 
 from context_search.cli import app
@@ -120,6 +122,27 @@ def test_status_and_migrate_json(common: list[str], pg_dsn: str, pg_schema: str)
     assert sum(d["documents"] for d in st["documents"]) == 3
     mig = _json(["migrate", "--dsn", pg_dsn, "--schema", pg_schema])
     assert isinstance(mig, dict) and mig["from"] == mig["to"] == st["head_revision"]
+
+
+def test_status_audit_finds_a_corrupted_copy(
+    common: list[str], pg_dsn: str, pg_schema: str
+) -> None:
+    args = ["status", "--audit", "--dsn", pg_dsn, "--schema", pg_schema, "--json"]
+    clean = runner.invoke(app, args)
+    assert clean.exit_code == 0, clean.output
+    assert json.loads(clean.output)["audit"]["consistent"] is True
+    with psycopg.connect(pg_dsn) as conn:  # a chunk whose scope copy disagrees
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET permission_scope = 'elsewhere' "
+                "WHERE chunk_id = (SELECT min(chunk_id) FROM {})"
+            ).format(sql.Identifier(pg_schema, "chunks"), sql.Identifier(pg_schema, "chunks"))
+        )
+    broken = runner.invoke(app, args)
+    assert broken.exit_code == 1
+    violations = json.loads(broken.output)["audit"]["violations"]
+    assert violations["chunk_copy_mismatch"] == 1
+    assert violations["stats_drift"] >= 1  # the counters no longer match a recount either
 
 
 def test_ingest_bad_lines_abort_or_skip(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import typer
 
 from context_search.cli import bench as _bench
@@ -13,6 +15,10 @@ from context_search.cli import jobs as _jobs
 from context_search.cli import manage as _manage
 from context_search.cli import mcp as _mcp
 from context_search.cli import search as _search
+
+# The pool logs each failed reconnect attempt as a warning; a command reports the failure
+# itself as a typed error, so the pool's log lines would only repeat it on stderr.
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 app = typer.Typer(
     name="context-search",

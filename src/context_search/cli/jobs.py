@@ -28,6 +28,7 @@ from context_search.cli.common import (
     open_store,
 )
 from context_search.errors import ContextSearchError
+from context_search.postgres.audit import audit
 from context_search.postgres.engine import (
     close_store_engine,
     create_store_engine,
@@ -142,6 +143,13 @@ def reindex(
 def status(
     dsn: Dsn = None,
     schema: Schema = DEFAULT_SCHEMA,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--audit",
+            help="Also check documents, chunks, postings, counters and jobs agree (exit 1 if not).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
@@ -170,6 +178,7 @@ def status(
                     if revision is not None
                     else []
                 )
+            checked = audit(engine) if check and revision is not None else None
         finally:
             close_store_engine(engine)
     head = head_revision()
@@ -184,8 +193,12 @@ def status(
         ],
         "jobs": asdict(st) if st is not None else None,
     }
+    if checked is not None:
+        report["audit"] = {"consistent": checked.consistent, "violations": checked.violations}
     if as_json:
         echo_json(report)
+        if checked is not None and not checked.consistent:
+            raise typer.Exit(code=EXIT_FAILED)
         return
     console = Console()
     console.print(
@@ -218,3 +231,13 @@ def status(
     for config_id, is_active, n in st.coverage:
         table.add_row(config_id, "yes" if is_active else "", str(n))
     console.print(table)
+    if checked is not None:
+        bad = {k: v for k, v in checked.violations.items() if v}
+        console.print(
+            "audit: consistent"
+            if not bad
+            else "audit: INCONSISTENT " + ", ".join(f"{k}={v}" for k, v in bad.items()),
+            highlight=False,
+        )
+        if bad:
+            raise typer.Exit(code=EXIT_FAILED)
