@@ -3,10 +3,15 @@ documents; measure whether any search that *started after* a change committed st
 the old state (a leak), how long until the first such search (0 by design: visibility
 changes in the writing transaction), and the lag of the follow-up jobs (purge / verify)
 worked by a concurrent reindex worker.
+
+Half of the searches probe the most recently changed document (its title as the query),
+and the next change waits until a search has started after the previous commit, so every
+change is checked by searches that began after it committed, however slow searching is.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -28,8 +33,10 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, changes: int = 500
     records = [replace(r, permission_scope="old") for r in data.records]
     drop_index(dsn, SCHEMA)
     stop = threading.Event()
-    observations: list[tuple[float, frozenset[str]]] = []
+    observations: list[tuple[float, frozenset[str], str | None]] = []
     lock = threading.Lock()
+    seen = threading.Condition(lock)
+    latest: list[str] = []  # the most recently committed change
     errors: list[BaseException] = []
     with PostgresSearchConnector.open(
         dsn, embedder=embedder, schema=SCHEMA, chunk_bytes=4000
@@ -41,19 +48,28 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, changes: int = 500
         by_id = {r.document_id: r for r in records}
         successors = [r.document_id for r in records if r.document_id not in set(targets)]
         # Queries aimed at the changed documents: their own titles.
-        qtexts = [by_id[t].title or by_id[t].body[:80] for t in targets]
+        query_of = {t: by_id[t].title or by_id[t].body[:80] for t in targets}
+        qtexts = list(query_of.values())
 
         def searcher(seed: int) -> None:
             local = random.Random(seed)
             try:
                 while not stop.is_set():
-                    q = local.choice(qtexts)
+                    with lock:
+                        probe = latest[-1] if latest and local.random() < 0.5 else None
+                    q = query_of[probe] if probe else local.choice(qtexts)
                     started = time.perf_counter()
                     resp = store.search(SearchQuery(query=q, allowed_scopes=["old"], top_k=20))
-                    with lock:
-                        observations.append((started, frozenset(h.doc_id for h in resp.hits)))
+                    with seen:
+                        observations.append(
+                            (started, frozenset(h.doc_id for h in resp.hits), probe)
+                        )
+                        seen.notify_all()
             except BaseException as exc:
                 errors.append(exc)
+
+        def searched_since(at: float) -> bool:
+            return any(o[0] > at for o in observations[-16:]) or bool(errors)
 
         def worker() -> None:
             w = store.worker(lease_seconds=30)
@@ -79,6 +95,10 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, changes: int = 500
             done = time.perf_counter()
             op_latency.append(done - t0)
             committed[doc_id] = (kind, done)
+            with seen:
+                latest.append(doc_id)
+                # Pace the changes by the searches: one must start after this commit.
+                seen.wait_for(functools.partial(searched_since, done), timeout=10.0)
         time.sleep(1.0)
         stop.set()
         for t in [*threads, jobs]:
@@ -101,13 +121,21 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, changes: int = 500
         raise errors[0]
     leaks = [
         (doc, kind)
-        for started, ids in observations
+        for started, ids, _ in observations
         for doc, (kind, at) in committed.items()
         if started > at and doc in ids
     ]
     after = sum(
-        1 for started, _ in observations if started > min(at for _, at in committed.values())
+        1 for started, _, _ in observations if started > min(at for _, at in committed.values())
     )
+    probes = [
+        started - committed[probe][1]
+        for started, _, probe in observations
+        if probe is not None and started > committed[probe][1]
+    ]
+    probed = {
+        probe for started, _, probe in observations if probe and started > committed[probe][1]
+    }
     return {
         "documents": len(records),
         "changes": {
@@ -116,6 +144,8 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, changes: int = 500
         },
         "searches": len(observations),
         "searches_after_first_commit": after,
+        "changes_probed_after_commit": len(probed),
+        "probing_searches": len(probes),
         "leaks": len(leaks),
         "leak_examples": leaks[:5],
         "commit_to_invisible_s": 0.0 if not leaks else None,
@@ -152,9 +182,12 @@ def markdown(result: dict[str, Any]) -> str:
         f"### Propagation — {c['delete']} deletes, {c['supersede']} supersedes, "
         f"{c['rescope']} rescopes under 8 searching clients\n\n{header(result)}\n\n"
         f"{result['searches']} searches ran ({result['searches_after_first_commit']} after the "
-        f"first change committed); **leaks: {result['leaks']}** (a search started after a change "
-        f"committed and still returned the document to the old scope or lifecycle). Time from "
-        f"commit to invisible: {result['commit_to_invisible_s']} s — the next query after the "
+        f"first change committed; {result.get('probing_searches', 0)} of them queried a "
+        f"just-changed document, covering {result.get('changes_probed_after_commit', 0)} of the "
+        f"changes after their commit); **leaks: {result['leaks']}** (a search started after "
+        f"a change committed and still returned the document to the old scope or lifecycle). "
+        f"Time from commit to invisible: {result['commit_to_invisible_s']} s — the next query "
+        f"after the "
         f"commit. A change takes {result['change_latency_ms_p50']} ms (p50).\n\n"
         + fmt_table(
             rows,
