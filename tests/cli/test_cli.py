@@ -51,7 +51,7 @@ def test_ingest_search_explain_roundtrip(pg_dsn: str, pg_schema: str, tmp_path: 
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     common = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
     migrated = runner.invoke(app, ["migrate", "--dsn", pg_dsn, "--schema", pg_schema])
-    assert migrated.exit_code == 0 and "revision 0004" in migrated.output
+    assert migrated.exit_code == 0 and "revision 0005" in migrated.output
     ingested = runner.invoke(app, ["ingest", str(data), *common])
     assert ingested.exit_code == 0, ingested.output
     assert "2 new" in ingested.output

@@ -44,7 +44,7 @@ def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
     try:
         assert current_revision(engine, schema=pg_schema) is None
         migrate(engine, schema=pg_schema)
-        assert current_revision(engine, schema=pg_schema) == "0004"
+        assert current_revision(engine, schema=pg_schema) == "0005"
         assert {"documents", "chunks", "gaps", "index_configs", "index_jobs"} <= _tables(
             pg_dsn, pg_schema
         )
@@ -67,12 +67,13 @@ def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
             "chunks",
             "postings",
             "scope_stats",
+            "term_stats",
             "index_jobs",
         }
         downgrade(engine, schema=pg_schema)
         assert _tables(pg_dsn, pg_schema) == {"alembic_version"}
         migrate(engine, schema=pg_schema)
-        assert current_revision(engine, schema=pg_schema) == "0004"
+        assert current_revision(engine, schema=pg_schema) == "0005"
     finally:
         close_store_engine(engine)
 
@@ -416,6 +417,24 @@ def _counters_and_recount(
     return kept, recount
 
 
+def _term_stats_and_recount(dsn: str, schema: str) -> tuple[list[object], list[object]]:
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn) as conn:
+        kept = conn.execute(
+            sql.SQL(
+                "SELECT lexeme, permission_scope, lifecycle, df FROM {}.term_stats "
+                "WHERE df <> 0 ORDER BY 1, 2, 3"
+            ).format(s)
+        ).fetchall()
+        recount = conn.execute(
+            sql.SQL(
+                "SELECT lexeme, permission_scope, lifecycle, count(*) FROM {}.postings "
+                "GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+            ).format(s)
+        ).fetchall()
+    return kept, recount
+
+
 def test_scope_stats_and_postings_follow_every_write(
     store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -453,6 +472,8 @@ def test_scope_stats_and_postings_follow_every_write(
             sql.SQL("SELECT kind, doc_id FROM {}.index_jobs ORDER BY job_id").format(s)
         ).fetchall()
     assert kept == recount
+    terms, term_recount = _term_stats_and_recount(pg_dsn, pg_schema)
+    assert terms == term_recount
     assert {(r[0], r[1]) for r in kept} >= {("team", "deleted"), ("team", "superseded")}
     assert stale == (0,)
     assert jobs == [
@@ -464,6 +485,8 @@ def test_scope_stats_and_postings_follow_every_write(
     assert store.reindex().done == 4
     kept, recount = _counters_and_recount(pg_dsn, pg_schema)
     assert kept == recount  # the purge took its chunks out of the counters too
+    terms, term_recount = _term_stats_and_recount(pg_dsn, pg_schema)
+    assert terms == term_recount and terms
     assert ("team", "deleted") not in {(r[0], r[1]) for r in kept}
 
 

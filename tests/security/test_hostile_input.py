@@ -1635,6 +1635,7 @@ def test_zz_database_intact_after_fuzzing(store: Store) -> None:
             "chunks",
             "postings",
             "scope_stats",
+            "term_stats",
             "index_jobs",
             "gaps",
             "index_configs",
@@ -1650,12 +1651,19 @@ def test_zz_database_intact_after_fuzzing(store: Store) -> None:
                 (store.schema,),
             ).fetchall()
         )
-        for table in ("documents", "chunks", "postings", "scope_stats", "index_jobs"):
+        for table in (
+            "documents",
+            "chunks",
+            "postings",
+            "scope_stats",
+            "term_stats",
+            "index_jobs",
+        ):
             assert rls[table] is True, table
         policies = conn.execute(
             "SELECT count(*) FROM pg_policies WHERE schemaname = %s", (store.schema,)
         ).fetchone()
-        assert policies is not None and policies[0] == 5
+        assert policies is not None and policies[0] == 6
         role = conn.execute(
             "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = %s",
             (f"{store.schema}_reader",),

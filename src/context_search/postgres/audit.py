@@ -55,6 +55,14 @@ _CHECKS: dict[str, str] = {
         FULL JOIN (SELECT * FROM scope_stats WHERE chunks <> 0 OR tokens <> 0) s
           USING (permission_scope, lifecycle)
         WHERE r.chunks IS DISTINCT FROM s.chunks OR r.tokens IS DISTINCT FROM s.tokens""",
+    # Document frequencies kept by triggers equal a recount of the postings.
+    "term_stats_drift": """
+        SELECT count(*) FROM (
+            SELECT lexeme, permission_scope, lifecycle, count(*) AS df
+            FROM postings GROUP BY 1, 2, 3) r
+        FULL JOIN (SELECT * FROM term_stats WHERE df <> 0) s
+          USING (lexeme, permission_scope, lifecycle)
+        WHERE r.df IS DISTINCT FROM s.df""",
     # A deleted document whose purge is done still has searchable copies.
     "purged_but_present": """
         SELECT count(*) FROM documents d

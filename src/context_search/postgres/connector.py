@@ -61,6 +61,7 @@ from context_search.postgres.engine import (
     migrate,
     ms,
     translate_errors,
+    write_attempts,
 )
 from context_search.postgres.ingest import (
     ENQUEUE_INDEX,
@@ -316,10 +317,11 @@ class PostgresSearchConnector:
         for start in range(0, len(prepared), batch_size):
             batch = prepared[start : start + batch_size]
             embedder = self._embedder if defer_indexing else self._embed_ahead(batch)
-            with translate_errors("upsert"), self._engine.begin() as conn:
-                out, c, e = write_batch(
-                    conn, batch, embedder, self._settings, deferred=defer_indexing
-                )
+            for attempt in write_attempts(self._engine, "upsert"):
+                with attempt as conn:
+                    out, c, e = write_batch(
+                        conn, batch, embedder, self._settings, deferred=defer_indexing
+                    )
             outcomes.extend(out)
             chunks += c
             embeddings += e
@@ -361,41 +363,49 @@ class PostgresSearchConnector:
                 raise InvalidQueryError(
                     "a document cannot supersede itself", details={"field": "superseded_by"}
                 )
-        with translate_errors("delete_or_supersede"), self._engine.begin() as conn:
-            state = conn.execute(
-                text("SELECT lifecycle FROM documents WHERE doc_id = :id FOR UPDATE"),
-                {"id": doc_id},
-            ).scalar()
-            if state is None or state == Lifecycle.DELETED:
-                return False
-            if superseded_by is not None:
-                successor = conn.execute(
-                    text("SELECT lifecycle FROM documents WHERE doc_id = :id FOR SHARE"),
-                    {"id": superseded_by},
-                ).scalar()
-                if successor is None or successor == Lifecycle.DELETED:
-                    raise NotFoundError(
-                        "successor document not found", details={"field": "superseded_by"}
+        for attempt in write_attempts(self._engine, "delete_or_supersede"):
+            with attempt as conn:
+                # Both documents at once, in doc_id order like every writer (no deadlock
+                # between two supersedes pointing at each other's documents).
+                locked = {
+                    str(r.doc_id): str(r.lifecycle)
+                    for r in conn.execute(
+                        text(
+                            "SELECT doc_id, lifecycle FROM documents WHERE doc_id = ANY(:ids) "
+                            "ORDER BY doc_id FOR UPDATE"
+                        ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+                        {"ids": sorted({doc_id, superseded_by or doc_id})},
                     )
-                new_state, kind = Lifecycle.SUPERSEDED.value, "supersede"
-            else:
-                new_state, kind = Lifecycle.DELETED.value, "purge"
-            conn.execute(
-                text(
-                    "UPDATE documents SET lifecycle = :state, superseded_by = :succ, "
-                    "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
-                ),
-                {"state": new_state, "succ": superseded_by, "id": doc_id},
-            )
-            conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
-            conn.execute(
-                text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
-                {"state": new_state, "id": doc_id},
-            )
-            conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
-            conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
-            _record_change(conn, kind, doc_id, self._settings.revision)
-            return True
+                }
+                state = locked.get(doc_id)
+                if state is None or state == Lifecycle.DELETED:
+                    return False
+                if superseded_by is not None:
+                    successor = locked.get(superseded_by)
+                    if successor is None or successor == Lifecycle.DELETED:
+                        raise NotFoundError(
+                            "successor document not found", details={"field": "superseded_by"}
+                        )
+                    new_state, kind = Lifecycle.SUPERSEDED.value, "supersede"
+                else:
+                    new_state, kind = Lifecycle.DELETED.value, "purge"
+                conn.execute(
+                    text(
+                        "UPDATE documents SET lifecycle = :state, superseded_by = :succ, "
+                        "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
+                    ),
+                    {"state": new_state, "succ": superseded_by, "id": doc_id},
+                )
+                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
+                conn.execute(
+                    text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
+                    {"state": new_state, "id": doc_id},
+                )
+                conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
+                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
+                _record_change(conn, kind, doc_id, self._settings.revision)
+                return True
+        raise AssertionError("write_attempts returns or raises")  # pragma: no cover
 
     def rescope(self, doc_id: str, new_scope: str) -> bool:
         """Move a live document to ``new_scope``: document, chunks, postings and statistics
@@ -407,46 +417,48 @@ class PostgresSearchConnector:
         """
         validate_doc_id(doc_id)
         scope = validate_scope(new_scope)
-        with translate_errors("rescope"), self._engine.begin() as conn:
-            old = conn.execute(
-                text(
-                    "SELECT permission_scope FROM documents "
-                    "WHERE doc_id = :id AND lifecycle <> 'deleted' FOR UPDATE"
-                ),
-                {"id": doc_id},
-            ).scalar()
-            if old is None:
-                return False
-            if old == scope:
+        for attempt in write_attempts(self._engine, "rescope"):
+            with attempt as conn:
+                old = conn.execute(
+                    text(
+                        "SELECT permission_scope FROM documents "
+                        "WHERE doc_id = :id AND lifecycle <> 'deleted' FOR UPDATE"
+                    ),
+                    {"id": doc_id},
+                ).scalar()
+                if old is None:
+                    return False
+                if old == scope:
+                    return True
+                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
+                conn.execute(
+                    text(
+                        "UPDATE documents SET permission_scope = :scope, "
+                        "record_hash = 'rescoped:' || record_hash, "
+                        "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
+                    ),
+                    {"scope": scope, "id": doc_id},
+                )
+                conn.execute(SYNC_COPIES, {"ids": [doc_id]})
+                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
+                # Unfinished jobs about the document now concern the new scope.
+                conn.execute(
+                    text(
+                        "UPDATE index_jobs SET scopes = ARRAY[:scope] "
+                        "WHERE doc_id = :id AND status IN ('pending', 'running', 'failed')"
+                    ),
+                    {"scope": scope, "id": doc_id},
+                )
+                _record_change(
+                    conn,
+                    "rescope",
+                    doc_id,
+                    self._settings.revision,
+                    scopes=[old, scope],
+                    payload={"from": old, "to": scope},
+                )
                 return True
-            conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
-            conn.execute(
-                text(
-                    "UPDATE documents SET permission_scope = :scope, "
-                    "record_hash = 'rescoped:' || record_hash, "
-                    "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
-                ),
-                {"scope": scope, "id": doc_id},
-            )
-            conn.execute(SYNC_COPIES, {"ids": [doc_id]})
-            conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
-            # Unfinished jobs about the document now concern the new scope.
-            conn.execute(
-                text(
-                    "UPDATE index_jobs SET scopes = ARRAY[:scope] "
-                    "WHERE doc_id = :id AND status IN ('pending', 'running', 'failed')"
-                ),
-                {"scope": scope, "id": doc_id},
-            )
-            _record_change(
-                conn,
-                "rescope",
-                doc_id,
-                self._settings.revision,
-                scopes=[old, scope],
-                payload={"from": old, "to": scope},
-            )
-            return True
+        raise AssertionError("write_attempts returns or raises")  # pragma: no cover
 
     def worker(self, **options: Any) -> JobWorker:
         """A job worker for this index configuration (options: see :class:`JobWorker`)."""
@@ -684,19 +696,30 @@ class PostgresSearchConnector:
             params["targets"] = list(vq.targets)
         lifecycles = ["active", "superseded"] if vq.include_superseded else ["active"]
         pool = self._fusion.pool_size
-        chunk_pool = min(1000, pool * 4)
+        # Vector arm: twice the pool in chunks is enough to fill the pool with documents
+        # (best chunk per document), and ef_search follows it.
+        chunk_pool = min(1000, pool * 2)
+        lexical = _lexical_params(vq.text)
         qvec = self._embedder.embed_query(vq.text)
         sql = hybrid_search_sql(filter_sql, self._fusion, prefix=plan)
         bind = {
             **params,
             "scopes": sorted(vq.scopes),
             "lifecycles": lifecycles,
-            **_lexical_params(vq.text),
+            **lexical,
+            # Only phrases and negations can reject a candidate found through a query term.
+            "qcheck": bool(lexical["qphrases"] or lexical["qnegated"]),
             "ts_config": self._settings.text_search_config,
             "qvec": _vector_literal(qvec),
             "pool": pool,
             "exact_threshold": self._exact_threshold,
+            # Postings per term: the configured bound for queries of up to four terms, then
+            # an overall budget of four bounds shared by the terms (never below 100).
             "per_term": self._per_term,
+            "per_term_floor": min(self._per_term, 100),
+            "lexical_budget": 4 * self._per_term,
+            # Chunks scored exactly (best chunk per document fills the lexical pool).
+            "lex_chunks": min(1000, pool * 3),
             "chunk_pool": chunk_pool,
             "min_sim": vq.min_similarity,
             "detail_limit": detail_limit if detail_limit is not None else vq.top_k,
@@ -708,7 +731,12 @@ class PostgresSearchConnector:
         conn.execute(
             text(
                 "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                "set_config('hnsw.ef_search', :ef, true)"
+                "set_config('hnsw.ef_search', :ef, true), "
+                # One short statement: parallel workers would be started (for the exact
+                # branch even when its one-time filter cuts it) and JIT compiled for
+                # nothing.
+                "set_config('max_parallel_workers_per_gather', '0', true), "
+                "set_config('jit', 'off', true)"
             ),
             {"ef": str(max(40, chunk_pool))},
         )

@@ -16,9 +16,11 @@ so a stalled client cannot hold locks; searches set their own, shorter limit.
 
 from __future__ import annotations
 
+import random
+import time
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +53,12 @@ __all__ = [
     "migrate",
     "ms",
     "translate_errors",
+    "write_attempts",
 ]
+
+#: Deadlock and serialization failure: the transaction was rolled back whole and is safe to
+#: run again (SQLSTATE class 40).
+RETRYABLE_STATES = frozenset({"40P01", "40001"})
 
 
 @dataclass(frozen=True)
@@ -264,3 +271,46 @@ def translate_errors(action: str, *, dsn: str | None = None) -> Iterator[None]:
         ) from exc
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise BackendError(f"{action} failed: {type(exc).__name__}") from exc
+
+
+class _Attempt:
+    """One try of a write transaction; see :func:`write_attempts`."""
+
+    def __init__(self, engine: Engine, action: str, number: int, last: bool) -> None:
+        self._engine, self._action, self._number, self._last = engine, action, number, last
+        self._stack = ExitStack()
+        self.succeeded = False
+
+    def __enter__(self) -> Any:
+        self._stack.enter_context(translate_errors(self._action))
+        return self._stack.enter_context(self._engine.begin())
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> bool:
+        try:
+            suppressed = bool(self._stack.__exit__(et, ev, tb))
+        except BackendError as exc:
+            if exc.details.get("sqlstate") in RETRYABLE_STATES and not self._last:
+                # Both sides of a deadlock were writing: back off a little, with jitter, so
+                # they do not collide again in step.
+                time.sleep(random.uniform(0.005, 0.03) * 2**self._number)
+                return True
+            raise
+        self.succeeded = et is None
+        return suppressed
+
+
+def write_attempts(engine: Engine, action: str, *, tries: int = 4) -> Iterator[_Attempt]:
+    """Run a write transaction again when PostgreSQL aborted it as a deadlock victim or a
+    serialization failure, which concurrent writers on shared counters can cause::
+
+        for attempt in write_attempts(engine, "upsert"):
+            with attempt as conn:
+                ...  # the whole transaction; it must not depend on a previous try
+
+    Other errors, and the last try's, propagate (translated to contract errors).
+    """
+    for number in range(tries):
+        attempt = _Attempt(engine, action, number, last=number == tries - 1)
+        yield attempt
+        if attempt.succeeded:
+            return

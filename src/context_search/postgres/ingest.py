@@ -237,9 +237,12 @@ SYNC_COPIES = text(
     """
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
-_DELETE_CHUNKS = text("DELETE FROM chunks WHERE doc_id = ANY(:ids)").bindparams(
-    bindparam("ids", type_=ARRAY(Text))
-)
+#: Postings go first, in one statement: the cascade from chunks would delete them one chunk
+#: at a time (and fire the ``term_stats`` trigger once per chunk).
+_DELETE_CHUNKS = text(
+    "WITH p AS (DELETE FROM postings WHERE doc_id = ANY(:ids)) "
+    "DELETE FROM chunks WHERE doc_id = ANY(:ids)"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
 _INSERT_CHUNKS = text(
     """

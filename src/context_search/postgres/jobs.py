@@ -32,7 +32,7 @@ from sqlalchemy.types import BigInteger, Text
 from context_search.contract import ReindexReport
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
-from context_search.postgres.engine import translate_errors
+from context_search.postgres.engine import translate_errors, write_attempts
 from context_search.postgres.ingest import (
     STATS_DELTA,
     SYNC_COPIES,
@@ -101,6 +101,10 @@ _LOCK_DOCS = text(
     "SELECT doc_id, content_id, record_hash, lifecycle, permission_scope, title, summary, body, "
     "chunk_spans, field_mask, pii_flags, indexed_content_id, indexed_config_revision "
     "FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+_LOCK_ALL = text(
+    "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
 _READ_DOCS = text(
@@ -250,26 +254,34 @@ class JobWorker:
     def _execute(self, jobs: Sequence[_Job]) -> None:
         index_ids = sorted({j.doc_id for j in jobs if j.kind == "index" and j.doc_id})
         prepared = self._prepare(index_ids) if index_ids else {}
-        with translate_errors("reindex"), self._engine.begin() as conn:
-            if any(j.attempts > self._max_attempts for j in jobs):
-                # Claimed again after its lease ran out too often: it kills its workers.
-                raise RuntimeError("job exceeded its attempts (lease expired repeatedly)")
-            if index_ids:
-                self._index(conn, index_ids, prepared)
-            purge = sorted({j.doc_id for j in jobs if j.kind == "purge" and j.doc_id})
-            if purge:
-                self._purge(conn, purge)
-            sync = sorted(
-                {j.doc_id for j in jobs if j.kind in ("supersede", "rescope") and j.doc_id}
-            )
-            if sync:
-                conn.execute(STATS_DELTA, {"ids": sync, "sign": -1})
-                conn.execute(SYNC_COPIES, {"ids": sync})
-                conn.execute(STATS_DELTA, {"ids": sync, "sign": 1})
-            ids = [j.job_id for j in jobs]
-            marked = conn.execute(_COMPLETE, {"ids": ids, "worker": self.worker_id}).rowcount
-            if marked != len(ids):
-                raise LeaseLost(f"{len(ids) - marked} job(s) were taken over by another worker")
+        for attempt in write_attempts(self._engine, "reindex"):
+            with attempt as conn:
+                if any(j.attempts > self._max_attempts for j in jobs):
+                    # Claimed again after its lease ran out too often: it kills its workers.
+                    raise RuntimeError("job exceeded its attempts (lease expired repeatedly)")
+                # Every writer locks documents first, in doc_id order, then statistics, chunks
+                # and postings. Locking the whole batch's documents here, before any of that,
+                # keeps this transaction in the same order (locking the index documents, then
+                # updating counters, then locking the purged ones deadlocked against deletes).
+                touched = sorted({j.doc_id for j in jobs if j.doc_id})
+                if touched:
+                    conn.execute(_LOCK_ALL, {"ids": touched})
+                if index_ids:
+                    self._index(conn, index_ids, prepared)
+                purge = sorted({j.doc_id for j in jobs if j.kind == "purge" and j.doc_id})
+                if purge:
+                    self._purge(conn, purge)
+                sync = sorted(
+                    {j.doc_id for j in jobs if j.kind in ("supersede", "rescope") and j.doc_id}
+                )
+                if sync:
+                    conn.execute(STATS_DELTA, {"ids": sync, "sign": -1})
+                    conn.execute(SYNC_COPIES, {"ids": sync})
+                    conn.execute(STATS_DELTA, {"ids": sync, "sign": 1})
+                ids = [j.job_id for j in jobs]
+                marked = conn.execute(_COMPLETE, {"ids": ids, "worker": self.worker_id}).rowcount
+                if marked != len(ids):
+                    raise LeaseLost(f"{len(ids) - marked} job(s) were taken over by another worker")
         self.completed.extend(j.job_id for j in jobs)
 
     def _sources(self, rows: Sequence[Row[Any]]) -> dict[str, ChunkSource]:

@@ -44,6 +44,7 @@ __all__ = [
     "IndexJobRow",
     "PostingRow",
     "ScopeStatsRow",
+    "TermStatsRow",
 ]
 
 DEFAULT_DIMENSION = 384
@@ -250,7 +251,6 @@ class PostingRow(Base):
             text("impact DESC"),
             postgresql_include=["chunk_id", "permission_scope", "lifecycle"],
         ),
-        Index("ix_postings_lexeme_scope", "lexeme", "permission_scope", "lifecycle"),
         Index(None, "doc_id"),
     )
 
@@ -274,3 +274,15 @@ class ScopeStatsRow(Base):
     lifecycle: Mapped[str] = mapped_column(String(16), primary_key=True)
     chunks: Mapped[int] = mapped_column(BigInteger, default=0)
     tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class TermStatsRow(Base):
+    """Visible postings per (lexeme, scope, lifecycle): BM25 document frequencies, kept exact
+    by statement triggers on ``postings`` (migration 0005)."""
+
+    __tablename__ = "term_stats"
+
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    permission_scope: Mapped[str] = mapped_column(String(256), primary_key=True)
+    lifecycle: Mapped[str] = mapped_column(String(16), primary_key=True)
+    df: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -1,9 +1,12 @@
 """The hybrid search statement: BM25 lexical arm + HNSW vector arm, fused in one round trip.
 
-BM25 inside PostgreSQL: candidates are the highest-impact postings of each query term, then
-checked against the full tsquery (phrases, negation) on the chunk's ``tsvector``; document
-frequency and average length come from the chunks the caller may see (scope and not
-deleted), so scores never depend on invisible rows. The vector arm orders by cosine
+BM25 inside PostgreSQL, in two stages: the highest-impact postings of each query term are
+scored from the postings alone (idf x impact); in that order, candidate chunks are fetched by
+key, checked against the full tsquery (phrases, negation) when the query has any, and the
+first ``lex_chunks`` that pass get their exact BM25 over every query term. Document
+frequencies come from per-scope counters (``term_stats``) and chunk counts and lengths from
+``scope_stats``, over the chunks the caller may see (scope and not deleted), so scores never
+depend on invisible rows. The vector arm orders by cosine
 distance with pgvector's iterative HNSW scan, so filters cannot silently shrink the
 candidate pool, or computes exact distances when few rows pass. Both arms group chunks
 to documents (best chunk wins) before ranks are assigned, then RRF or convex fusion runs
@@ -109,7 +112,10 @@ def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = 
     Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qpositive``,
     ``qphrases`` (websearch syntax of quoted phrases), ``qnegated`` (see ``text.query``),
     ``ts_config``, ``qvec`` (vector literal), ``pool``, ``chunk_pool``,
-    ``exact_threshold``, ``per_term``.
+    ``exact_threshold``, ``per_term``, ``per_term_floor``, ``lexical_budget`` (postings per
+    term: ``per_term``, or ``lexical_budget / terms`` for many-term queries, at least
+    ``per_term_floor``), ``lex_chunks`` (chunks scored exactly) and ``qcheck`` (whether the
+    full tsquery can reject a candidate: phrases or negations).
     """
     if fusion.method == "rrf":
         fused = (
@@ -131,6 +137,43 @@ def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = 
         + filter_sql
         + "))"
     )
+    chunk = (
+        "CROSS JOIN LATERAL (\n"
+        "        SELECT c0.doc_id, c0.ordinal, c0.token_count, c0.tsv FROM chunks c0\n"
+        "        WHERE c0.chunk_id = k.chunk_id\n"
+        "          AND c0.permission_scope = ANY(CAST(:scopes AS text[]))\n"
+        "          AND c0.lifecycle <> 'deleted'\n"
+        "        LIMIT 1\n"
+        "    ) c"
+    )
+    if filter_sql == "TRUE":
+        checked = ""
+        ranked_source = (
+            "(SELECT * FROM candidates WHERE lifecycle_ok ORDER BY approx DESC, chunk_id) k\n"
+            f"    CROSS JOIN q\n    {chunk}\n"
+            "    WHERE NOT :qcheck OR c.tsv @@ q.tsq\n"
+            "    ORDER BY k.approx DESC, k.chunk_id"
+        )
+        filter_out = "SELECT 0 AS docs"
+    else:
+        # Filters are per document: every candidate carries its document's verdict before
+        # the stage-2 cut, so a selective filter cannot empty the lexical arm.
+        checked = (
+            "checked AS MATERIALIZED (\n"
+            "    SELECT k.chunk_id, k.approx, c.doc_id, c.ordinal, c.token_count, c.tsv,\n"
+            "           (NOT :qcheck OR c.tsv @@ q.tsq) AS query_ok, dv.filter_ok\n"
+            f"    FROM candidates k\n    CROSS JOIN q\n    {chunk}\n"
+            "    CROSS JOIN LATERAL (\n"
+            f"        SELECT ({filter_sql}) AS filter_ok FROM documents d\n"
+            "        WHERE d.doc_id = c.doc_id LIMIT 1\n"
+            "    ) dv\n"
+            "    WHERE k.lifecycle_ok\n"
+            "),"
+        )
+        ranked_source = "checked WHERE query_ok AND filter_ok ORDER BY approx DESC, chunk_id"
+        filter_out = (
+            "SELECT count(DISTINCT doc_id) AS docs FROM checked WHERE query_ok AND NOT filter_ok"
+        )
     sql = (
         prefix
         + f"""
@@ -159,63 +202,78 @@ visible AS MATERIALIZED (
     WHERE s.permission_scope = ANY(CAST(:scopes AS text[])) AND s.lifecycle <> 'deleted'
 ),
 df AS MATERIALIZED (
-    SELECT t.lexeme,
-           (SELECT count(*) FROM postings p
-            WHERE p.lexeme = t.lexeme AND p.permission_scope = ANY(CAST(:scopes AS text[]))
-              AND p.lifecycle <> 'deleted') AS df
-    FROM q, unnest(q.terms) AS t(lexeme)
+    -- Document frequency over the visible postings, from per-(lexeme, scope) counters kept
+    -- exact by triggers on postings: a few rows per term, however common the term is.
+    SELECT t.lexeme, vs.n, vs.avgdl,
+           COALESCE((SELECT sum(s.df) FROM term_stats s
+                     WHERE s.lexeme = t.lexeme
+                       AND s.permission_scope = ANY(CAST(:scopes AS text[]))
+                       AND s.lifecycle <> 'deleted'), 0) AS df
+    FROM q CROSS JOIN visible vs, unnest(q.terms) AS t(lexeme)
+),
+idf AS MATERIALIZED (
+    SELECT df.lexeme, df.avgdl, ln(1 + (df.n - df.df + 0.5) / (df.df + 0.5)) AS idf,
+           -- Postings read per term: :per_term, less when the query has many terms (the
+           -- strongest postings of each term still come first), never below :per_term_floor.
+           LEAST(:per_term, GREATEST(:per_term_floor,
+                 :lexical_budget / GREATEST(count(*) OVER (), 1))) AS bound
+    FROM df
 ),
 candidates AS MATERIALIZED (
-    -- The strongest postings of each term (impact order): the work per query is bounded by
-    -- terms x :per_term, not by how many chunks contain a common word.
-    SELECT DISTINCT top.chunk_id
-    FROM q, unnest(q.terms) AS t(lexeme)
+    -- Stage 1, postings alone: the strongest postings of each term (impact order), scored
+    -- by idf x impact (BM25's tf part at a reference length). Work is bounded by the
+    -- query, not by how many chunks contain a common word.
+    SELECT top.chunk_id, bool_and(top.lifecycle = ANY(CAST(:lifecycles AS text[])))
+               AS lifecycle_ok,
+           sum(i.idf * top.impact) AS approx
+    FROM idf i
     CROSS JOIN LATERAL (
-        SELECT p.chunk_id FROM postings p
-        WHERE p.lexeme = t.lexeme AND p.permission_scope = ANY(CAST(:scopes AS text[]))
+        SELECT p.chunk_id, p.impact, p.lifecycle FROM postings p
+        WHERE p.lexeme = i.lexeme AND p.permission_scope = ANY(CAST(:scopes AS text[]))
           AND p.lifecycle <> 'deleted'
         ORDER BY p.impact DESC
-        LIMIT :per_term
+        LIMIT i.bound
     ) AS top
+    GROUP BY top.chunk_id
 ),
-matched AS MATERIALIZED (
-    -- Filters are per document, so each chunk carries its document's verdict: no later
-    -- join between chunk and document sets (whose sizes the planner cannot estimate).
-    -- Chunk and document by primary key (LATERAL), whatever the planner guesses about
-    -- the candidate count: a scan by scope here would cost candidates x visible chunks.
-    SELECT c.chunk_id, c.doc_id, c.ordinal, c.token_count,
-           (c.lifecycle = ANY(CAST(:lifecycles AS text[]))) AS lifecycle_ok,
-           dv.filter_ok
+{checked}
+ranked AS MATERIALIZED (
+    -- Stage 2, in stage-1 order: each chunk by primary key (LATERAL, whatever the planner
+    -- guesses), the full query (phrases, negation) checked on its tsvector when the query
+    -- has any, and the first :lex_chunks that pass kept for exact scoring.
+    SELECT chunk_id, doc_id, ordinal, token_count
+    FROM {ranked_source}
+    LIMIT :lex_chunks
+),
+lifecycle_out AS MATERIALIZED (
+    -- Candidates excluded by lifecycle, per document (statistics only; usually none).
+    SELECT count(DISTINCT c.doc_id) AS docs
     FROM candidates k
     CROSS JOIN q
     CROSS JOIN LATERAL (
-        SELECT * FROM chunks c0 WHERE c0.chunk_id = k.chunk_id LIMIT 1
+        SELECT c0.doc_id, c0.tsv FROM chunks c0
+        WHERE c0.chunk_id = k.chunk_id AND c0.permission_scope = ANY(CAST(:scopes AS text[]))
+          AND c0.lifecycle <> 'deleted'
+        LIMIT 1
     ) c
-    CROSS JOIN LATERAL (
-        SELECT ({filter_sql}) AS filter_ok FROM documents d WHERE d.doc_id = c.doc_id LIMIT 1
-    ) dv
-    WHERE c.tsv @@ q.tsq
-      AND c.permission_scope = ANY(CAST(:scopes AS text[])) AND c.lifecycle <> 'deleted'
-),
-matched_docs AS MATERIALIZED (
-    SELECT m.doc_id, bool_or(m.lifecycle_ok) AS lifecycle_ok,
-           bool_or(m.lifecycle_ok) AND bool_and(m.filter_ok) AS eligible
-    FROM matched m
-    GROUP BY m.doc_id
+    WHERE NOT k.lifecycle_ok AND (NOT :qcheck OR c.tsv @@ q.tsq)
 ),
 chunk_bm25 AS (
-    SELECT m.doc_id, m.ordinal,
-           sum(ln(1 + (vs.n - df.df + 0.5) / (df.df + 0.5))
-               * (p.tf * ({BM25_K1} + 1))
-               / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.token_count / vs.avgdl)))
+    -- Exact BM25 of the kept chunks over every query term (each posting by primary key).
+    SELECT r.doc_id, r.ordinal,
+           sum(i.idf * (p.tf * ({BM25_K1} + 1))
+               / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * r.token_count / i.avgdl)))
                AS score,
            array_agg(p.lexeme ORDER BY p.lexeme) AS terms
-    FROM matched m
-    CROSS JOIN visible vs
-    CROSS JOIN df
-    JOIN postings p ON p.chunk_id = m.chunk_id AND p.lexeme = df.lexeme
-    WHERE m.lifecycle_ok AND m.filter_ok
-    GROUP BY m.doc_id, m.ordinal
+    FROM ranked r
+    CROSS JOIN idf i
+    CROSS JOIN LATERAL (
+        SELECT p0.lexeme, p0.tf FROM postings p0
+        WHERE p0.chunk_id = r.chunk_id AND p0.lexeme = i.lexeme
+          AND p0.permission_scope = ANY(CAST(:scopes AS text[]))
+        LIMIT 1
+    ) p
+    GROUP BY r.doc_id, r.ordinal
 ),
 lexical AS (
     SELECT doc_id, lexical_score, lexical_chunk, terms,
@@ -286,10 +344,10 @@ fused AS MATERIALIZED (
     FROM fused0 f0
 ),
 stats AS MATERIALIZED (
-    SELECT (SELECT count(*) FROM matched_docs) AS lexical_matches,
-           (SELECT count(*) FROM matched_docs WHERE NOT lifecycle_ok) AS lifecycle_filtered,
-           (SELECT count(*) FROM matched_docs WHERE lifecycle_ok AND NOT eligible)
-               AS filter_filtered,
+    SELECT (SELECT count(DISTINCT doc_id) FROM ranked) + lo.docs + ff.docs
+               AS lexical_matches,
+           lo.docs AS lifecycle_filtered,
+           ff.docs AS filter_filtered,
            (SELECT count(*) FROM lexical) AS lexical_pool,
            (SELECT count(*) FROM vector) AS vector_pool,
            clock_timestamp() AS observed_at,
@@ -307,6 +365,8 @@ stats AS MATERIALIZED (
         WHERE j.status IN ('pending', 'running', 'failed')
           AND j.scopes && CAST(:scopes AS text[])
     ) jobs
+    CROSS JOIN lifecycle_out lo
+    CROSS JOIN ({filter_out}) ff
 ),
 hits AS (
     -- Document and chunk fields only for the rows that can become hits (the first
