@@ -327,8 +327,10 @@ class RankLog:
 class SearchStats:
     """Filter statistics for the service's audit log — not for agents.
 
-    Counts cover the lexical candidates *inside the caller's scopes* (the strongest postings
-    of each query term that also match the full query): out-of-scope documents are removed
+    Counts cover the lexical candidates *inside the caller's scopes* that the exact stage
+    examined (the chunks of the strongest postings of each query term, in score order, up to
+    the pool the lexical arm ranks — not every chunk containing a term): out-of-scope
+    documents are removed
     before anything is counted, so the numbers are identical whether or not invisible
     documents exist. Even so they describe the index, not the evidence, so tool gateways
     must strip them before a response reaches an agent. ``scopes_applied`` is the number of

@@ -244,6 +244,10 @@ _DELETE_CHUNKS = text(
     "DELETE FROM chunks WHERE doc_id = ANY(:ids)"
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
+_LOCK_DOCS = text(
+    "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
 _INSERT_CHUNKS = text(
     """
     INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
@@ -365,6 +369,11 @@ def write_batch(
     Returns outcomes in input order, chunks written and embeddings computed.
     """
     ids = [p.record.document_id for p in batch]
+    superseded = {old for p in batch for old in p.record.supersedes}
+    if superseded:
+        # Documents this batch supersedes are locked with the batch's own, in doc_id order,
+        # before any counter is touched: the order every writer follows.
+        conn.execute(_LOCK_DOCS, {"ids": sorted(superseded | set(ids))})
     existing = {
         row.doc_id: row
         for row in conn.execute(
