@@ -108,6 +108,11 @@ class Ledger:
             self.version[doc_id] = version
             self.history.setdefault(doc_id, []).append(_Event(t_call, time.monotonic(), scope))
 
+    def ack_all(self, records: list[ContextDocumentRecord], t_call: float) -> None:
+        """Acknowledge freshly written version-1 records."""
+        for r in records:
+            self.ack(r.document_id, r.permission_scope, 1, t_call)
+
     def leaked(self, doc_id: str, allowed: frozenset[str], t0: float, t1: float) -> bool:
         """True when no acknowledged state during [t0, t1] let these scopes see the doc."""
         with self.lock:
@@ -245,8 +250,7 @@ def run_load(
         docs = [f"L{i:06d}" for i in range(initial_docs)]
         recs = [record(d, rng.choice(SCOPES), 1, rng) for d in docs]
         store.upsert(recs)
-        for r in recs:
-            ledger.ack(r.document_id, r.permission_scope, 1, t)
+        ledger.ack_all(recs, t)
         stop = threading.Event()
         lock = threading.Lock()
         latencies: list[float] = []
@@ -294,8 +298,7 @@ def run_load(
                         batch = [record(f"L{n + j:06d}", r.choice(SCOPES), 1, r) for j in range(8)]
                         n += 8
                         store.upsert(batch, defer_indexing=r.random() < 0.5)
-                        for rec in batch:
-                            ledger.ack(rec.document_id, rec.permission_scope, 1, t0)
+                        ledger.ack_all(batch, t0)
                     elif op < 0.7:
                         d = r.choice(live)
                         v = ledger.version[d] + 1
@@ -448,8 +451,7 @@ def fault_kill_upsert(
             else:
                 tally.wrong.append(outcome)
                 continue
-            for r in recs:
-                ledger.ack(r.document_id, r.permission_scope, 1, t0)
+            ledger.ack_all(recs, t0)
             tally.wrong += verify(store, ledger, [r.document_id for r in rng.sample(recs, 5)])
     finally:
         store.close()
@@ -468,8 +470,7 @@ def fault_kill_job(
             recs = _new_docs(ids, rng, 40)
             t0 = time.monotonic()
             writer.upsert(recs, defer_indexing=True)
-            for r in recs:
-                ledger.ack(r.document_id, r.permission_scope, 1, t0)
+            ledger.ack_all(recs, t0)
             worker = store.worker(lease_seconds=1.0, backoff_seconds=0.05, batch_size=40)
             with killer(dsn, "cs-fault-worker", delay_s=rng.uniform(0, 0.005)) as killed:
                 try:
@@ -585,8 +586,7 @@ class _RestartRound:
                 with self.lock:
                     self.outcomes.append(f"raw {type(exc).__name__}: {exc}")
                 continue
-            for r in recs:
-                self.ledger.ack(r.document_id, r.permission_scope, 1, t0)
+            self.ledger.ack_all(recs, t0)
             with self.lock:
                 self.acked.extend(recs)
 
@@ -685,8 +685,7 @@ def fault_embedder(
                     tally.wrong.append(f"batch {k // 10}: {present} of 10 present, expected {want}")
             t0 = time.monotonic()
             store.upsert(recs, batch_size=10)  # the retry: the embedder works again
-            for r in recs:
-                ledger.ack(r.document_id, r.permission_scope, 1, t0)
+            ledger.ack_all(recs, t0)
             tally.wrong += verify(store, ledger, [r.document_id for r in rng.sample(recs, 5)])
     return tally
 
@@ -720,8 +719,7 @@ def fault_sigkill_worker(
             recs = _new_docs(ids, rng, 20)
             t0 = time.monotonic()
             store.upsert(recs, defer_indexing=True)
-            for r in recs:
-                ledger.ack(r.document_id, r.permission_scope, 1, t0)
+            ledger.ack_all(recs, t0)
             proc = subprocess.Popen(
                 [sys.executable, "-c", _KILLED_WORKER, dsn, schema],
                 stdout=subprocess.PIPE,
@@ -770,8 +768,7 @@ def run_faults(
         recs = _new_docs(ids, rng, 200)
         t0 = time.monotonic()
         store.upsert(recs)
-        for r in recs:
-            ledger.ack(r.document_id, r.permission_scope, 1, t0)
+        ledger.ack_all(recs, t0)
     kinds: dict[str, Callable[[], FaultTally]] = {
         "terminate_during_upsert": lambda: fault_kill_upsert(dsn, schema, ledger, rounds, rng, ids),
         "terminate_during_job": lambda: fault_kill_job(dsn, schema, ledger, rounds, rng, ids),
