@@ -4,6 +4,8 @@ The public API is what ``__all__`` lists; every other module is an implementatio
 or a clearly named subpackage (``conformance``, ``postgres``).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from context_search.capability import (
     Capability,
     CapabilityCandidate,
@@ -49,12 +51,16 @@ from context_search.errors import (
     BackendUnavailableError,
     ContextSearchError,
     DuplicateQueryError,
+    EmbeddingFailedError,
     IndexStaleError,
+    InvalidConfigError,
     InvalidFilterError,
+    InvalidInputError,
     InvalidQueryError,
     InvalidRecordError,
     InvalidResultError,
     NotFoundError,
+    OperationCancelledError,
     QuotaExceededError,
     RetrievalEffectError,
     RetrieverUnconfiguredError,
@@ -89,7 +95,21 @@ from context_search.lifecycle import (
 )
 from context_search.memory import InMemorySearchConnector
 
+if TYPE_CHECKING:
+    from context_search.postgres import PostgresSearchConnector
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # The PostgreSQL adapter pulls in SQLAlchemy, psycopg and alembic; importing the contract
+    # (or the in-memory connector) should not pay for that until the adapter is asked for.
+    if name == "PostgresSearchConnector":
+        from context_search.postgres import PostgresSearchConnector
+
+        return PostgresSearchConnector
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BackendError",
@@ -109,6 +129,7 @@ __all__ = [
     "DocumentEvidence",
     "DuplicateQueryError",
     "Embedder",
+    "EmbeddingFailedError",
     "EvidenceHit",
     "Freshness",
     "GapReceipt",
@@ -117,7 +138,9 @@ __all__ = [
     "InMemorySearchConnector",
     "IndexStaleError",
     "IngestReport",
+    "InvalidConfigError",
     "InvalidFilterError",
+    "InvalidInputError",
     "InvalidQueryError",
     "InvalidRecordError",
     "InvalidResultError",
@@ -131,6 +154,8 @@ __all__ = [
     "KnowledgeTarget",
     "Lifecycle",
     "NotFoundError",
+    "OperationCancelledError",
+    "PostgresSearchConnector",
     "Propagation",
     "QuotaExceededError",
     "RankExplanation",

@@ -7,9 +7,11 @@ or paths the caller cannot see, so an error cannot be used to probe for existenc
 =========================  =====================================================
 code                       meaning
 =========================  =====================================================
+``INVALID_INPUT``          base of the four input codes below (never raised itself)
 ``INVALID_QUERY``          query text, top_k, scopes or min_score are malformed
 ``INVALID_FILTER``         unknown filter key/operator or a value of the wrong type
 ``INVALID_RECORD``         an ingestion record is malformed (names the record)
+``INVALID_CONFIG``         a connector or index setting is malformed (names the setting)
 ``NOT_FOUND``              no visible document with that id (missing == out of scope)
 ``INDEX_STALE``            the index does not cover the latest content of a target
 ``REVISION_MISMATCH``      a pinned revision is not the readable one
@@ -34,16 +36,18 @@ from typing import Any, ClassVar
 __all__ = [
     "BackendError",
     "BackendUnavailableError",
-    "CancelledError",
     "ContextSearchError",
     "DuplicateQueryError",
     "EmbeddingFailedError",
     "IndexStaleError",
+    "InvalidConfigError",
     "InvalidFilterError",
+    "InvalidInputError",
     "InvalidQueryError",
     "InvalidRecordError",
     "InvalidResultError",
     "NotFoundError",
+    "OperationCancelledError",
     "QuotaExceededError",
     "RetrievalEffectError",
     "RetrieverUnconfiguredError",
@@ -73,6 +77,10 @@ class ContextSearchError(Exception):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # Only a class that declares a code owns it; a subclass keeping its parent's code
+        # (a more specific failure of the same kind) is looked up as the parent.
+        if "code" not in cls.__dict__:
+            return
         if cls.code in _REGISTRY:
             raise TypeError(f"duplicate error code {cls.code}")
         _REGISTRY[cls.code] = cls
@@ -98,19 +106,33 @@ def error_class_for(code: str) -> type[ContextSearchError]:
     return _REGISTRY.get(code, ContextSearchError)
 
 
-class InvalidQueryError(ContextSearchError, ValueError):
+class InvalidInputError(ContextSearchError, ValueError):
+    """Base of every rejection of the caller's input; nothing was read or written."""
+
+    code = "INVALID_INPUT"
+    hint = "fix the field named in details and try again"
+
+
+class InvalidQueryError(InvalidInputError):
     code = "INVALID_QUERY"
     hint = "check the query text, top_k, scopes and other SearchQuery fields named in details"
 
 
-class InvalidFilterError(ContextSearchError, ValueError):
+class InvalidFilterError(InvalidInputError):
     code = "INVALID_FILTER"
     hint = "use a documented filter field (details.allowed) with a value of its type"
 
 
-class InvalidRecordError(ContextSearchError, ValueError):
+class InvalidRecordError(InvalidInputError):
     code = "INVALID_RECORD"
     hint = "fix the record named in details (field, line or index) and ingest again"
+
+
+class InvalidConfigError(InvalidInputError):
+    """A setting given to a connector, a worker or the CLI is malformed (not a query)."""
+
+    code = "INVALID_CONFIG"
+    hint = "fix the setting named in details.field"
 
 
 class NotFoundError(ContextSearchError, LookupError):
@@ -143,7 +165,7 @@ class BackendError(ContextSearchError, RuntimeError):
     hint = "see the server log; the request was rolled back and can be retried"
 
 
-class CancelledError(ContextSearchError):
+class OperationCancelledError(ContextSearchError):
     """A statement timeout or an explicit cancel stopped the call; ``details["reason"]`` is
     ``"timeout"`` or ``"cancelled"``. Reads return nothing partial; writes rolled back."""
 

@@ -17,7 +17,7 @@ from psycopg import sql
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import (
     BackendUnavailableError,
-    CancelledError,
+    OperationCancelledError,
     EmbeddingFailedError,
     InvalidQueryError,
 )
@@ -118,7 +118,7 @@ def test_search_past_its_time_limit_is_cancelled_not_empty(
 ) -> None:
     with _chunks_locked(pg_dsn, pg_schema):
         started = time.monotonic()
-        with pytest.raises(CancelledError) as caught:
+        with pytest.raises(OperationCancelledError) as caught:
             store.search(QUERY, timeout_s=0.3)
         elapsed = time.monotonic() - started
     assert caught.value.code == "CANCELLED" and caught.value.details["reason"] == "timeout"
@@ -136,9 +136,9 @@ def test_cancel_from_another_thread_stops_the_running_search(
         _blocked_backend(pg_dsn)
         token.cancel()
         thread.join(10)
-    assert len(out) == 1 and isinstance(out[0], CancelledError)
+    assert len(out) == 1 and isinstance(out[0], OperationCancelledError)
     assert out[0].details["reason"] == "cancelled"
-    with pytest.raises(CancelledError):  # a cancelled token stays cancelled
+    with pytest.raises(OperationCancelledError):  # a cancelled token stays cancelled
         store.get_document("d1", ["team"], cancel=token)
     assert store.get_document("d1", ["team"]) is not None
 

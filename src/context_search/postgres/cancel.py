@@ -4,7 +4,7 @@ A caller that gives up on a search (its own client disconnected, a deadline pass
 replica answered) should stop the database work too, not just stop waiting for it. A
 ``Cancellation`` is handed to ``search`` / ``explain`` / ``get_document``; ``cancel()`` sends
 PostgreSQL a cancel request for the statement in flight, and the call raises
-``CancelledError`` (``details["reason"] == "cancelled"``). A call whose token was cancelled
+``OperationCancelledError`` (``details["reason"] == "cancelled"``). A call whose token was cancelled
 never returns a result, even if its statements had already finished, so a cancelled search
 cannot be mistaken for a complete one.
 """
@@ -15,7 +15,7 @@ import contextlib
 import threading
 from typing import Any
 
-from context_search.errors import CancelledError
+from context_search.errors import OperationCancelledError
 
 __all__ = ["Cancellation"]
 
@@ -44,7 +44,7 @@ class Cancellation:
 
     def check(self, action: str) -> None:
         if self._cancelled:
-            raise CancelledError(
+            raise OperationCancelledError(
                 f"{action}: cancelled by the caller", details={"reason": "cancelled"}
             )
 

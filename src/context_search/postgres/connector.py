@@ -45,7 +45,7 @@ from context_search.contract import (
 )
 from context_search.embedding import Embedder, GuardedEmbedder, default_embedder
 from context_search.errors import (
-    CancelledError,
+    OperationCancelledError,
     EmbeddingFailedError,
     IndexStaleError,
     InvalidQueryError,
@@ -284,9 +284,9 @@ class PostgresSearchConnector:
                 finally:
                     if cancel is not None:
                         cancel.detach(raw)
-        except CancelledError as exc:
+        except OperationCancelledError as exc:
             if cancel is not None and cancel.cancelled:
-                raise CancelledError(
+                raise OperationCancelledError(
                     f"{action}: cancelled by the caller", details={"reason": "cancelled"}
                 ) from exc
             raise

@@ -35,7 +35,7 @@ from sqlalchemy.pool import NullPool
 from context_search.errors import (
     BackendError,
     BackendUnavailableError,
-    CancelledError,
+    OperationCancelledError,
     ContextSearchError,
     InvalidQueryError,
 )
@@ -255,7 +255,7 @@ def translate_errors(action: str, *, dsn: str | None = None) -> Iterator[None]:
         state = getattr(orig, "sqlstate", None) or ""
         where = f" ({redact(dsn)})" if dsn else ""
         if state == "57014":  # query_canceled: statement_timeout or a cancel request
-            raise CancelledError(
+            raise OperationCancelledError(
                 f"{action}: cancelled or timed out; nothing was changed",
                 details={"sqlstate": state, "reason": "timeout"},
             ) from exc
