@@ -1,0 +1,186 @@
+"""Ranking for the in-memory reference connector: the PostgreSQL adapter's method in Python.
+
+BM25 over chunks (best chunk per document) and cosine similarity over chunk vectors, each
+arm cut to ``pool_size`` documents, fused by reciprocal rank or by a convex combination
+of the normalised lexical score and the similarity. Lexical statistics (document
+frequency, average length) are computed over every chunk the caller may see, so a score
+never reveals that an invisible document shares a term; filters and targets only limit
+which documents become candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from context_search.contract import ContextDocumentRecord, Lifecycle, ScoreParts
+from context_search.embedding import Embedder
+from context_search.responses import Candidate, Ranking
+from context_search.text import Chunk, tokenize
+from context_search.validation import ValidQuery, record_matches
+
+__all__ = ["Fusion", "Stored", "rank"]
+
+_BM25_K1 = 1.2
+_BM25_B = 0.75
+
+
+@dataclass(slots=True)
+class Stored:
+    """The current record plus the index entries, which may have been built from an older
+    version of it (deferred indexing): visibility always follows ``record``/``lifecycle``,
+    the searchable text follows the entries."""
+
+    record: ContextDocumentRecord
+    lifecycle: Lifecycle
+    superseded_by: str | None
+    chunks: list[Chunk]
+    chunk_terms: list[Counter[str]]
+    vectors: npt.NDArray[np.float32]
+    indexed_content_id: str | None
+    indexed_masks: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Fusion:
+    method: Literal["rrf", "convex"] = "rrf"
+    rrf_k: int = 60
+    lexical_weight: float = 0.5
+    pool_size: int = 100
+
+    def params(self) -> dict[str, float]:
+        if self.method == "rrf":
+            return {"k": float(self.rrf_k), "pool_size": float(self.pool_size)}
+        return {"lexical_weight": self.lexical_weight, "pool_size": float(self.pool_size)}
+
+    def fuse(self, parts: ScoreParts, top_lexical: float) -> float:
+        if self.method == "rrf":
+            return sum(
+                1.0 / (self.rrf_k + r)
+                for r in (parts.lexical_rank, parts.vector_rank)
+                if r is not None
+            )
+        lex_norm = (parts.lexical_score or 0.0) / top_lexical if top_lexical > 0 else 0.0
+        sim = max(parts.vector_similarity or 0.0, 0.0)
+        return self.lexical_weight * lex_norm + (1.0 - self.lexical_weight) * sim
+
+
+@dataclass(slots=True)
+class _Arms:
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    lexical_chunk: int | None = None
+    vector_rank: int | None = None
+    vector_similarity: float | None = None
+    vector_chunk: int | None = None
+    terms: set[str] = field(default_factory=set)
+
+    def parts(self, fused: float = 0.0) -> ScoreParts:
+        return ScoreParts(
+            lexical_rank=self.lexical_rank,
+            lexical_score=self.lexical_score,
+            vector_rank=self.vector_rank,
+            vector_similarity=self.vector_similarity,
+            fused=fused,
+        )
+
+
+def rank(visible: Sequence[Stored], vq: ValidQuery, embedder: Embedder, fusion: Fusion) -> Ranking:
+    """Fused candidates among ``visible`` (the caller's live documents) for ``vq``."""
+    lexical = _bm25(visible, tokenize(vq.text, for_query=True))
+    eligible: list[Stored] = []
+    lifecycle_filtered = filter_filtered = 0
+    targets = None if vq.targets is None else frozenset(vq.targets)
+    for s in visible:
+        matched = s.record.document_id in lexical
+        if s.lifecycle is Lifecycle.SUPERSEDED and not vq.include_superseded:
+            lifecycle_filtered += matched
+        elif not record_matches(s.record, vq.filters) or (
+            targets is not None and s.record.document_id not in targets
+        ):
+            filter_filtered += matched
+        else:
+            eligible.append(s)
+    arms: dict[str, _Arms] = {}
+    lex = sorted(
+        (
+            (lexical[s.record.document_id], s.record.document_id)
+            for s in eligible
+            if s.record.document_id in lexical
+        ),
+        key=lambda t: (-t[0][0], t[1]),
+    )
+    for position, ((score, chunk, terms), doc_id) in enumerate(lex[: fusion.pool_size], 1):
+        arms[doc_id] = _Arms(
+            lexical_rank=position, lexical_score=score, lexical_chunk=chunk, terms=terms
+        )
+    qvec = embedder.embed_query(vq.text)
+    sims: list[tuple[float, int, str]] = []
+    for s in eligible:
+        if len(s.vectors):
+            per_chunk = s.vectors @ qvec
+            best = int(np.argmax(per_chunk))
+            if vq.min_similarity is None or per_chunk[best] >= vq.min_similarity:
+                sims.append((float(per_chunk[best]), best, s.record.document_id))
+    sims.sort(key=lambda t: (-t[0], t[2]))
+    for position, (sim, chunk, doc_id) in enumerate(sims[: fusion.pool_size], 1):
+        a = arms.setdefault(doc_id, _Arms())
+        a.vector_rank, a.vector_similarity, a.vector_chunk = position, sim, chunk
+    top_lexical = max((a.lexical_score or 0.0 for a in arms.values()), default=0.0)
+    candidates = [
+        Candidate(
+            doc_id=doc_id,
+            parts=a.parts(fusion.fuse(a.parts(), top_lexical)),
+            terms=tuple(sorted(a.terms)),
+            chunk_ordinal=a.lexical_chunk if a.lexical_chunk is not None else a.vector_chunk,
+        )
+        for doc_id, a in arms.items()
+    ]
+    candidates.sort(key=lambda c: (-c.parts.fused, c.doc_id))
+    return Ranking(
+        candidates=candidates,
+        lexical_pool=min(len(lex), fusion.pool_size),
+        vector_pool=min(len(sims), fusion.pool_size),
+        lexical_matches=len(lexical),
+        lifecycle_filtered=lifecycle_filtered,
+        filter_filtered=filter_filtered,
+    )
+
+
+def _bm25(docs: Iterable[Stored], q_terms: Sequence[str]) -> dict[str, tuple[float, int, set[str]]]:
+    """Best-chunk BM25 per document, statistics over the given (visible) chunks only."""
+    docs = list(docs)
+    terms = set(q_terms)
+    if not terms:
+        return {}
+    n = sum(len(s.chunk_terms) for s in docs)
+    if n == 0:
+        return {}
+    lengths = [sum(ct.values()) for s in docs for ct in s.chunk_terms]
+    avg = sum(lengths) / n or 1.0
+    df = Counter(t for s in docs for ct in s.chunk_terms for t in terms if t in ct)
+    idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms if df[t]}
+    out: dict[str, tuple[float, int, set[str]]] = {}
+    for s in docs:
+        for ordinal, ct in enumerate(s.chunk_terms):
+            hit = {t for t in idf if t in ct}
+            if not hit:
+                continue
+            length = sum(ct.values())
+            score = sum(
+                idf[t]
+                * ct[t]
+                * (_BM25_K1 + 1)
+                / (ct[t] + _BM25_K1 * (1 - _BM25_B + _BM25_B * length / avg))
+                for t in hit
+            )
+            doc_id = s.record.document_id
+            if doc_id not in out or score > out[doc_id][0]:
+                out[doc_id] = (score, ordinal, hit)
+    return out
