@@ -36,7 +36,8 @@ from context_search.contract import (
 )
 from context_search.embedding import Embedder, HashingEmbedder
 from context_search.errors import InvalidQueryError, NotFoundError
-from context_search.memory.ranking import Fusion, Stored, rank
+from context_search.fusion import FusionSettings
+from context_search.memory.ranking import Stored, rank
 from context_search.responses import (
     Candidate,
     IndexState,
@@ -81,7 +82,7 @@ class InMemorySearchConnector:
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._embedder = embedder or HashingEmbedder()
-        self._fusion = Fusion(
+        self._fusion = FusionSettings(
             method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
         )
         self._chunk_bytes = chunk_bytes

@@ -14,18 +14,18 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from context_search.contract import ContextDocumentRecord, Lifecycle, ScoreParts
 from context_search.embedding import Embedder
+from context_search.fusion import FusionSettings
 from context_search.responses import Candidate, Ranking
 from context_search.text import Chunk, tokenize
 from context_search.validation import ValidQuery, record_matches
 
-__all__ = ["Fusion", "Stored", "rank"]
+__all__ = ["Stored", "rank"]
 
 _BM25_K1 = 1.2
 _BM25_B = 0.75
@@ -45,30 +45,6 @@ class Stored:
     vectors: npt.NDArray[np.float32]
     indexed_content_id: str | None
     indexed_masks: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Fusion:
-    method: Literal["rrf", "convex"] = "rrf"
-    rrf_k: int = 60
-    lexical_weight: float = 0.5
-    pool_size: int = 100
-
-    def params(self) -> dict[str, float]:
-        if self.method == "rrf":
-            return {"k": float(self.rrf_k), "pool_size": float(self.pool_size)}
-        return {"lexical_weight": self.lexical_weight, "pool_size": float(self.pool_size)}
-
-    def fuse(self, parts: ScoreParts, top_lexical: float) -> float:
-        if self.method == "rrf":
-            return sum(
-                1.0 / (self.rrf_k + r)
-                for r in (parts.lexical_rank, parts.vector_rank)
-                if r is not None
-            )
-        lex_norm = (parts.lexical_score or 0.0) / top_lexical if top_lexical > 0 else 0.0
-        sim = max(parts.vector_similarity or 0.0, 0.0)
-        return self.lexical_weight * lex_norm + (1.0 - self.lexical_weight) * sim
 
 
 @dataclass(slots=True)
@@ -91,7 +67,9 @@ class _Arms:
         )
 
 
-def rank(visible: Sequence[Stored], vq: ValidQuery, embedder: Embedder, fusion: Fusion) -> Ranking:
+def rank(
+    visible: Sequence[Stored], vq: ValidQuery, embedder: Embedder, fusion: FusionSettings
+) -> Ranking:
     """Fused candidates among ``visible`` (the caller's live documents) for ``vq``."""
     lexical = _bm25(visible, tokenize(vq.text, for_query=True))
     eligible: list[Stored] = []

@@ -16,13 +16,13 @@ server-side. Filters become bound parameters; no value is ever formatted into SQ
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
+from context_search.fusion import FusionSettings
 from context_search.validation import FILTER_FIELDS, FilterClause
 
 __all__ = ["EVIDENCE_SQL", "FusionSettings", "build_filter_sql", "hybrid_search_sql"]
@@ -44,19 +44,6 @@ EVIDENCE_SQL = text(
 
 BM25_K1 = 1.2
 BM25_B = 0.75
-
-
-@dataclass(frozen=True, slots=True)
-class FusionSettings:
-    method: Literal["rrf", "convex"] = "rrf"
-    rrf_k: int = 60
-    lexical_weight: float = 0.5
-    pool_size: int = 100
-
-    def params(self) -> dict[str, float]:
-        if self.method == "rrf":
-            return {"k": float(self.rrf_k), "pool_size": float(self.pool_size)}
-        return {"lexical_weight": self.lexical_weight, "pool_size": float(self.pool_size)}
 
 
 def build_filter_sql(
