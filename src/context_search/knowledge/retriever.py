@@ -31,6 +31,7 @@ from context_search.knowledge.types import (
     KnowledgeResult,
     KnowledgeTarget,
 )
+from context_search.responses import IndexState, freshness
 from context_search.validation import MAX_ID_CHARS, check_text, validate_scopes
 
 
@@ -232,12 +233,18 @@ class ConnectorKnowledgeRetriever:
 
 
 def _entry_freshness(entry: DocumentEvidence, record: ContextDocument, config: str) -> Freshness:
+    """The search's label, re-decided against the body read afterwards: content that moved
+    on between the search and this read makes the entry stale like any other."""
     if entry.freshness is not Freshness.FRESH:
         return entry.freshness
-    if record.content_id != entry.content_id:
-        return Freshness.STALE_CONTENT  # changed between the search and this read
-    if entry.indexed_content_id != entry.content_id:
-        return Freshness.STALE_CONTENT
-    if entry.indexed_config_revision != config:
-        return Freshness.STALE_CONFIG
-    return Freshness.FRESH
+    return freshness(
+        IndexState(
+            doc_id=entry.doc_id,
+            lifecycle=entry.lifecycle,
+            content_id=record.content_id,
+            source_revision=record.source_revision,
+            indexed_content_id=entry.indexed_content_id,
+            indexed_config_revision=entry.indexed_config_revision,
+        ),
+        config,
+    )
