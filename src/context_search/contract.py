@@ -311,9 +311,11 @@ class RankLogEntry:
 class RankLog:
     """How the order was produced.
 
-    ``method`` is ``rrf`` (fused = Σ 1/(k + rank)) or ``convex`` (fused = w·lexical_norm +
-    (1-w)·vector_similarity, lexical normalised by the pool maximum). Final order: fused
-    descending, then doc_id ascending; entries below ``min_score`` have ``final_rank=None``.
+    ``method`` is ``rrf`` (fused = 1/(k + lexical rank) + v/(k + vector rank)) or ``convex``
+    (fused = w·lexical_norm + (1-w)·v·vector_similarity, lexical normalised by the pool
+    maximum), where ``v`` is ``params["vector_weight"]`` (1 unless ``notes`` say otherwise).
+    Final order: fused descending, then doc_id ascending; entries below ``min_score`` have
+    ``final_rank=None``.
     """
 
     method: Literal["rrf", "convex"]
@@ -321,6 +323,9 @@ class RankLog:
     lexical_candidates: int
     vector_candidates: int
     entries: tuple[RankLogEntry, ...]
+    #: Decisions about the arms for this query, e.g. a vector arm left out because the
+    #: embedder does not cover the query's script (``params["vector_weight"]`` is then 0).
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -441,15 +446,18 @@ def fusion_arithmetic(
     method: str, params: Mapping[str, float], parts: ScoreParts, top_lexical: float | None = None
 ) -> str:
     """Human-readable fusion of one document, so an explanation shows its arithmetic."""
+    v = params.get("vector_weight", 1.0)
+    scale = "" if v == 1.0 else f"{v:g}*"
     if method == "rrf":
         k = params.get("k", 60.0)
-        terms = [f"1/({k:g}+{r})" for r in (parts.lexical_rank, parts.vector_rank) if r]
+        terms = [f"1/({k:g}+{parts.lexical_rank})"] if parts.lexical_rank else []
+        terms += [f"{scale}1/({k:g}+{parts.vector_rank})"] if parts.vector_rank else []
         return f"{' + '.join(terms) or '0'} = {parts.fused:.6g}"
     w = params.get("lexical_weight", 0.5)
     lex = parts.lexical_score or 0.0
     top = top_lexical or lex or 1.0
     sim = max(parts.vector_similarity or 0.0, 0.0)
-    return f"{w:g}*({lex:.4g}/{top:.4g}) + {1 - w:g}*{sim:.4g} = {parts.fused:.6g}"
+    return f"{w:g}*({lex:.4g}/{top:.4g}) + {1 - w:g}*{scale}{sim:.4g} = {parts.fused:.6g}"
 
 
 def _normalise(text: str) -> str:
@@ -488,11 +496,18 @@ class RecordOutcome(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IngestReport:
-    """Per-record outcome of an upsert, in input order."""
+    """Per-record outcome of an upsert, in input order.
+
+    ``committed_batches``: the transactions the upsert committed. A connector that writes
+    all or nothing commits one; one that commits per batch (PostgreSQL's ``batch_size``)
+    reports each. A report means every record committed; an upsert that fails part-way
+    raises instead, with ``details["committed"]`` records already committed.
+    """
 
     outcomes: tuple[tuple[str, RecordOutcome], ...]
     chunks_written: int
     embeddings_computed: int
+    committed_batches: int = 1
 
     def count(self, outcome: RecordOutcome) -> int:
         return sum(1 for _, o in self.outcomes if o is outcome)
@@ -534,6 +549,10 @@ class SearchConnector(Protocol):
         self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
     ) -> IngestReport:
         """Insert or replace records atomically (all or nothing); raises ``INVALID_RECORD``.
+
+        A connector that takes a ``batch_size`` is atomic per batch instead and says so: a
+        failure then leaves earlier batches committed and names how many records
+        (``details["committed"]``); see ``IngestReport.committed_batches``.
 
         ``defer_indexing=True`` stores the documents (visibility and metadata change at
         once) and queues the chunking and embedding; until :meth:`reindex` has run, their

@@ -12,7 +12,7 @@ import math
 import os
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +25,7 @@ from context_search.errors import (
     EmbeddingFailedError,
     RetrieverUnconfiguredError,
 )
+from context_search.text.scripts import normalise_scripts
 from context_search.text.segment import is_cjk, tokenize
 
 __all__ = [
@@ -36,12 +37,16 @@ __all__ = [
     "HashingEmbedder",
     "SentenceTransformerEmbedder",
     "default_embedder",
+    "embedder_scripts",
 ]
 
 Vector = npt.NDArray[np.float32]
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_DIMENSION = 384
+#: all-MiniLM-L6-v2 was trained on English: other Latin-script text still shares word
+#: pieces with it, text in other scripts embeds close to noise.
+DEFAULT_MODEL_SCRIPTS = frozenset({"Latin"})
 EMBEDDINGS_EXTRA_HINT = "pip install 'context-search[embeddings]'"
 
 
@@ -57,6 +62,11 @@ class Embedder(Protocol):
     Implementations raise ``TypeError`` for a bare ``str`` passed as ``texts`` or for
     non-string items, and ``RetrieverUnconfiguredError`` when the model cannot be loaded
     (missing optional dependency, unreadable model files).
+
+    Optionally, an embedder declares ``scripts``: the Unicode scripts (``{"Latin"}``,
+    ``{"Latin", "Han"}``...) whose text it embeds meaningfully; ``None`` or no attribute
+    means every script. Fusion leaves the vector arm out for queries mostly written in other
+    scripts (see :func:`embedder_scripts` and ``context_search.fusion.plan_arms``).
     """
 
     @property
@@ -68,6 +78,12 @@ class Embedder(Protocol):
     def embed_documents(self, texts: Sequence[str]) -> Vector: ...
 
     def embed_query(self, text: str) -> Vector: ...
+
+
+def embedder_scripts(embedder: object) -> frozenset[str] | None:
+    """The scripts ``embedder`` declares it covers (``None``: every script)."""
+    scripts = getattr(embedder, "scripts", None)
+    return None if scripts is None else normalise_scripts(scripts)
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
@@ -117,10 +133,15 @@ class HashingEmbedder:
 
     _TRIGRAM_WEIGHT = 0.5
 
-    def __init__(self, dimension: int = DEFAULT_DIMENSION) -> None:
+    def __init__(
+        self, dimension: int = DEFAULT_DIMENSION, *, scripts: Iterable[str] | None = None
+    ) -> None:
         if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 2:
             raise ValueError(f"dimension must be an integer >= 2, got {dimension!r}")
         self._dimension = dimension
+        #: Hashing embeds words of any script alike; ``scripts`` narrows it for tests of
+        #: fusion with a model that covers fewer scripts.
+        self.scripts = None if scripts is None else normalise_scripts(scripts)
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dimension={self._dimension})"
@@ -178,6 +199,12 @@ class SentenceTransformerEmbedder:
     never embeds. A failed load raises ``RetrieverUnconfiguredError`` and is retried on the
     next call. The default model's dimension (384) is known without loading; for any other
     model, reading ``dimension`` loads it.
+
+    ``scripts`` declares what the model reads (default model: Latin only; a model by path:
+    every script unless given). For Chinese, Japanese or Korean text pass a multilingual
+    model's directory, e.g. paraphrase-multilingual-MiniLM-L12-v2 or multilingual-e5-small
+    saved locally, with ``scripts=None``; its model id (the path) changes the index
+    configuration, so ``reconfigure=True`` re-embeds the index into it.
     """
 
     def __init__(
@@ -186,6 +213,7 @@ class SentenceTransformerEmbedder:
         *,
         batch_size: int = 64,
         device: str = "cpu",
+        scripts: Iterable[str] | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -195,6 +223,9 @@ class SentenceTransformerEmbedder:
         self._model: Any = None
         self._dimension: int | None = DEFAULT_DIMENSION if model_path is None else None
         self._lock = threading.Lock()
+        if scripts is None and model_path is None:
+            scripts = DEFAULT_MODEL_SCRIPTS
+        self.scripts = None if scripts is None else normalise_scripts(scripts)
 
     def __repr__(self) -> str:
         return f"SentenceTransformerEmbedder({self.model_id!r}, device={self._device!r})"
@@ -304,6 +335,7 @@ class GuardedEmbedder:
 
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
+        self.scripts = embedder_scripts(inner)
 
     @property
     def model_id(self) -> str:

@@ -228,6 +228,7 @@ def assemble_response(
     active_config: str,
     observed_at: datetime,
     propagation: Propagation,
+    notes: Sequence[str] = (),
 ) -> SearchResponse:
     """Cut, stats, rank log and evidence for one search.
 
@@ -266,6 +267,7 @@ def assemble_response(
         lexical_candidates=ranking.lexical_pool,
         vector_candidates=ranking.vector_pool,
         entries=cut.entries,
+        notes=tuple(notes),
     )
     evidence = SearchEvidence(
         observed_at=observed_at,
@@ -285,11 +287,13 @@ def assemble_explanation(
     filter_verdicts: Sequence[tuple[str, bool]],
     method: Literal["rrf", "convex"],
     params: Mapping[str, float],
+    notes: Sequence[str] = (),
 ) -> RankExplanation:
     """Why ``doc_id`` ranks where it does for ``vq``, given the full ranking of the query
-    (every candidate, not cut to ``top_k``) and the document's own filter verdicts."""
+    (every candidate, not cut to ``top_k``) and the document's own filter verdicts.
+    ``notes`` are the arm decisions the search's rank log records; they end the notes."""
     passed = all(ok for _, ok in filter_verdicts)
-    notes: list[str] = []
+    arm_notes, notes = list(notes), []
     if lifecycle is Lifecycle.SUPERSEDED and not vq.include_superseded:
         notes.append("superseded: excluded unless include_superseded=True")
     if not passed:
@@ -302,6 +306,7 @@ def assemble_explanation(
         notes.append("below min_score")
     if found is None and not notes:
         notes.append("not among the candidates of either arm")
+    notes.extend(arm_notes)
     return RankExplanation(
         doc_id=doc_id,
         matched=final_rank is not None,

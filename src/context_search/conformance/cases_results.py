@@ -10,10 +10,12 @@ from context_search.contract import (
     ContextDocumentRecord,
     GapReport,
     RankLog,
+    ScoreParts,
     SearchConnector,
     SearchQuery,
     content_id_for,
 )
+from context_search.fusion import fuse_from_params
 
 
 def _q(text: str, **kw: object) -> SearchQuery:
@@ -54,18 +56,25 @@ def hits_carry_provenance(c: SearchConnector) -> None:
 
 
 def _recompute(log: RankLog) -> list[tuple[str, float]]:
-    out = []
-    for e in log.entries:
-        if log.method == "rrf":
-            k = log.params["k"]
-            fused = sum(1.0 / (k + r) for r in (e.lexical_rank, e.vector_rank) if r is not None)
-        else:
-            w = log.params["lexical_weight"]
-            top = max((x.lexical_score or 0.0 for x in log.entries), default=0.0)
-            lex = (e.lexical_score or 0.0) / top if top > 0 else 0.0
-            fused = w * lex + (1 - w) * max(e.vector_similarity or 0.0, 0.0)
-        out.append((e.doc_id, fused))
-    return out
+    top = max((x.lexical_score or 0.0 for x in log.entries), default=0.0)
+    return [
+        (
+            e.doc_id,
+            fuse_from_params(
+                log.method,
+                log.params,
+                ScoreParts(
+                    lexical_rank=e.lexical_rank,
+                    lexical_score=e.lexical_score,
+                    vector_rank=e.vector_rank,
+                    vector_similarity=e.vector_similarity,
+                    fused=e.fused,
+                ),
+                top,
+            ),
+        )
+        for e in log.entries
+    ]
 
 
 @case("results")

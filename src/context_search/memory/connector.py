@@ -34,9 +34,9 @@ from context_search.contract import (
     gap_id_for,
     index_config_revision,
 )
-from context_search.embedding import Embedder, HashingEmbedder
+from context_search.embedding import Embedder, HashingEmbedder, embedder_scripts
 from context_search.errors import InvalidQueryError, NotFoundError
-from context_search.fusion import FusionSettings
+from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.memory.ranking import Stored, rank
 from context_search.responses import (
     Candidate,
@@ -48,6 +48,7 @@ from context_search.responses import (
 from context_search.text import Chunk, tokenize
 from context_search.text.indexing import searchable_chunks
 from context_search.validation import (
+    ValidQuery,
     record_matches,
     validate_doc_id,
     validate_gap,
@@ -327,17 +328,22 @@ class InMemorySearchConnector:
         vq = validate_query(query)
         with self._lock:
             readable = self._readable(vq.scopes)
+            plan = self._plan(vq)
             return assemble_response(
                 vq,
-                rank(list(readable.values()), vq, self._embedder, self._fusion),
+                rank(list(readable.values()), vq, self._embedder, self._fusion, plan),
                 method=self._fusion.method,
-                params=self._fusion.params(),
+                params=self._fusion.params(plan.vector_weight),
+                notes=plan.notes,
                 hit_for=self._hit,
                 readable={d: self._index_state(s) for d, s in readable.items()},
                 active_config=self._config_revision,
                 observed_at=self._clock(),
                 propagation=self._propagation(readable),
             )
+
+    def _plan(self, vq: ValidQuery) -> ArmPlan:
+        return plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
 
     def _readable(self, scopes: frozenset[str]) -> dict[str, Stored]:
         return {
@@ -385,14 +391,16 @@ class InMemorySearchConnector:
             stored = readable.get(doc_id)
             if stored is None:
                 raise NotFoundError("document not found")
+            plan = self._plan(vq)
             return assemble_explanation(
                 doc_id,
                 vq,
-                rank(list(readable.values()), vq, self._embedder, self._fusion),
+                rank(list(readable.values()), vq, self._embedder, self._fusion, plan),
                 lifecycle=stored.lifecycle,
                 filter_verdicts=[(c.field, record_matches(stored.record, [c])) for c in vq.filters],
                 method=self._fusion.method,
-                params=self._fusion.params(),
+                params=self._fusion.params(plan.vector_weight),
+                notes=plan.notes,
             )
 
     def report_gap(self, report: GapReport) -> GapReceipt:

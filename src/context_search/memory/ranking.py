@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from context_search.contract import ContextDocumentRecord, Lifecycle, ScoreParts
 from context_search.embedding import Embedder
-from context_search.fusion import FusionSettings
+from context_search.fusion import ArmPlan, FusionSettings
 from context_search.responses import Candidate, Ranking
 from context_search.text import Chunk, tokenize
 from context_search.validation import ValidQuery, record_matches
@@ -68,9 +68,14 @@ class _Arms:
 
 
 def rank(
-    visible: Sequence[Stored], vq: ValidQuery, embedder: Embedder, fusion: FusionSettings
+    visible: Sequence[Stored],
+    vq: ValidQuery,
+    embedder: Embedder,
+    fusion: FusionSettings,
+    plan: ArmPlan,
 ) -> Ranking:
-    """Fused candidates among ``visible`` (the caller's live documents) for ``vq``."""
+    """Fused candidates among ``visible`` (the caller's live documents) for ``vq``; the
+    vector arm runs only when ``plan`` gives it weight."""
     lexical = _bm25(visible, tokenize(vq.text, for_query=True))
     eligible: list[Stored] = []
     lifecycle_filtered = filter_filtered = 0
@@ -98,14 +103,15 @@ def rank(
         arms[doc_id] = _Arms(
             lexical_rank=position, lexical_score=score, lexical_chunk=chunk, terms=terms
         )
-    qvec = embedder.embed_query(vq.text)
     sims: list[tuple[float, int, str]] = []
-    for s in eligible:
-        if len(s.vectors):
-            per_chunk = s.vectors @ qvec
-            best = int(np.argmax(per_chunk))
-            if vq.min_similarity is None or per_chunk[best] >= vq.min_similarity:
-                sims.append((float(per_chunk[best]), best, s.record.document_id))
+    if plan.vector_used:
+        qvec = embedder.embed_query(vq.text)
+        for s in eligible:
+            if len(s.vectors):
+                per_chunk = s.vectors @ qvec
+                best = int(np.argmax(per_chunk))
+                if vq.min_similarity is None or per_chunk[best] >= vq.min_similarity:
+                    sims.append((float(per_chunk[best]), best, s.record.document_id))
     sims.sort(key=lambda t: (-t[0], t[2]))
     for position, (sim, chunk, doc_id) in enumerate(sims[: fusion.pool_size], 1):
         a = arms.setdefault(doc_id, _Arms())
@@ -114,7 +120,7 @@ def rank(
     candidates = [
         Candidate(
             doc_id=doc_id,
-            parts=a.parts(fusion.fuse(a.parts(), top_lexical)),
+            parts=a.parts(fusion.fuse(a.parts(), top_lexical, plan.vector_weight)),
             terms=tuple(sorted(a.terms)),
             chunk_ordinal=a.lexical_chunk if a.lexical_chunk is not None else a.vector_chunk,
         )
