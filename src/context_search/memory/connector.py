@@ -167,6 +167,7 @@ class InMemorySearchConnector:
                         # masks differently: then they could show what is now masked.
                         chunks=old.chunks if keep and old else [],
                         chunk_terms=old.chunk_terms if keep and old else [],
+                        chunk_tokens=old.chunk_tokens if keep and old else [],
                         vectors=old.vectors if keep and old else self._no_vectors(),
                         indexed_content_id=old.indexed_content_id if keep and old else None,
                         indexed_masks=old.indexed_masks if keep and old else frozenset(),
@@ -214,12 +215,14 @@ class InMemorySearchConnector:
         texts: list[str],
         vectors: npt.NDArray[np.float32],
     ) -> Stored:
+        token_lists = [tuple(tokenize(t)) for t in texts]
         return Stored(
             record=rec,
             lifecycle=rec.lifecycle,
             superseded_by=None,
             chunks=chunks,
-            chunk_terms=[Counter(tokenize(t)) for t in texts],
+            chunk_terms=[Counter(tokens) for tokens in token_lists],
+            chunk_tokens=token_lists,
             vectors=vectors,
             indexed_content_id=rec.content_id,
             indexed_masks=rec.masked_fields,
@@ -293,6 +296,7 @@ class InMemorySearchConnector:
                 stored.lifecycle = Lifecycle.DELETED
                 stored.chunks = []
                 stored.chunk_terms = []
+                stored.chunk_tokens = []
                 stored.vectors = self._no_vectors()
                 self._pending.pop(doc_id, None)
                 self._failed.pop(doc_id, None)

@@ -22,7 +22,7 @@ from context_search.contract import ContextDocumentRecord, Lifecycle, ScoreParts
 from context_search.embedding import Embedder
 from context_search.fusion import ArmPlan, FusionSettings
 from context_search.responses import Candidate, Ranking
-from context_search.text import Chunk, tokenize
+from context_search.text import Chunk, parse_query, tokenize
 from context_search.validation import ValidQuery, record_matches
 
 __all__ = ["Stored", "rank"]
@@ -45,6 +45,7 @@ class Stored:
     vectors: npt.NDArray[np.float32]
     indexed_content_id: str | None
     indexed_masks: frozenset[str] = frozenset()
+    chunk_tokens: list[tuple[str, ...]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -76,7 +77,7 @@ def rank(
 ) -> Ranking:
     """Fused candidates among ``visible`` (the caller's live documents) for ``vq``; the
     vector arm runs only when ``plan`` gives it weight."""
-    lexical = _bm25(visible, tokenize(vq.text, for_query=True))
+    lexical = _bm25(visible, _LexicalQuery.parse(vq.text))
     eligible: list[Stored] = []
     lifecycle_filtered = filter_filtered = 0
     targets = None if vq.targets is None else frozenset(vq.targets)
@@ -137,10 +138,48 @@ def rank(
     )
 
 
-def _bm25(docs: Iterable[Stored], q_terms: Sequence[str]) -> dict[str, tuple[float, int, set[str]]]:
-    """Best-chunk BM25 per document, statistics over the given (visible) chunks only."""
+@dataclass(frozen=True, slots=True)
+class _LexicalQuery:
+    """The query syntax of ``text.query`` in terms of index tokens: any positive term may
+    match; every phrase must occur in order in the chunk; no negated word or phrase may."""
+
+    terms: tuple[str, ...]
+    phrases: tuple[tuple[str, ...], ...]
+    negated: tuple[tuple[str, ...], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> _LexicalQuery:
+        parsed = parse_query(text)
+
+        def seq(part: str) -> tuple[str, ...]:
+            return tuple(tokenize(part, for_query=True))
+
+        return cls(
+            terms=seq(parsed.positive_text),
+            phrases=tuple(p for p in map(seq, parsed.phrases) if p),
+            negated=tuple(n for n in map(seq, parsed.negated) if n),
+        )
+
+    def admits(self, tokens: Sequence[str]) -> bool:
+        return all(_contains(tokens, p) for p in self.phrases) and not any(
+            _contains(tokens, n) for n in self.negated
+        )
+
+
+def _contains(tokens: Sequence[str], phrase: Sequence[str]) -> bool:
+    n = len(phrase)
+    first = phrase[0]
+    return any(
+        tokens[i] == first and tuple(tokens[i : i + n]) == tuple(phrase)
+        for i in range(len(tokens) - n + 1)
+    )
+
+
+def _bm25(docs: Iterable[Stored], query: _LexicalQuery) -> dict[str, tuple[float, int, set[str]]]:
+    """Best-chunk BM25 per document over the chunks the query admits; statistics over every
+    given (visible) chunk."""
     docs = list(docs)
-    terms = set(q_terms)
+    terms = set(query.terms)
     if not terms:
         return {}
     n = sum(len(s.chunk_terms) for s in docs)
@@ -150,11 +189,12 @@ def _bm25(docs: Iterable[Stored], q_terms: Sequence[str]) -> dict[str, tuple[flo
     avg = sum(lengths) / n or 1.0
     df = Counter(t for s in docs for ct in s.chunk_terms for t in terms if t in ct)
     idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in terms if df[t]}
+    check = bool(query.phrases or query.negated)
     out: dict[str, tuple[float, int, set[str]]] = {}
     for s in docs:
         for ordinal, ct in enumerate(s.chunk_terms):
             hit = {t for t in idf if t in ct}
-            if not hit:
+            if not hit or (check and not query.admits(s.chunk_tokens[ordinal])):
                 continue
             length = sum(ct.values())
             score = sum(
