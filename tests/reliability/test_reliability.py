@@ -32,6 +32,7 @@ def _assert_survived(result: dict[str, Any]) -> None:
     assert result["acknowledged_documents"] > 200
 
 
+@pytest.mark.slow
 def test_load_has_no_errors_and_no_leaks(pg_dsn: str, pg_schema: str) -> None:
     result = reliability.run_load(pg_dsn, pg_schema, duration_s=LOAD_SECONDS)
     assert result["errors"] == 0, result["error_samples"]
@@ -44,6 +45,7 @@ def test_load_has_no_errors_and_no_leaks(pg_dsn: str, pg_schema: str) -> None:
     assert result["documents"].get("deleted", 0) > 0
 
 
+@pytest.mark.slow
 def test_faults_are_survived(pg_dsn: str, pg_schema: str) -> None:
     result = reliability.run_faults(None, pg_dsn, pg_schema, rounds=ROUNDS)
     assert set(result["kinds"]) == {
@@ -56,6 +58,7 @@ def test_faults_are_survived(pg_dsn: str, pg_schema: str) -> None:
     _assert_survived(result)
 
 
+@pytest.mark.slow
 def test_server_restart_is_survived() -> None:
     # Restarting needs a server this process owns, whatever CONTEXT_SEARCH_DSN points at.
     with temporary_server() as handle:
