@@ -427,4 +427,35 @@ class LazyRescope(Broken):
         return super().reindex(max_jobs=max_jobs)
 
 
+class IgnoresPhrases(Broken):
+    """Treats a quoted phrase as loose words."""
+
+    catches = ("quoted_phrase_required_in_order",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, query=query.query.replace('"', " ")))
+
+
+class IgnoresNegation(Broken):
+    """Reads ``-word`` as a word to find."""
+
+    catches = ("negated_word_excludes",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, query=query.query.replace("-", " ")))
+
+
+class UnexplainedVectorWeight(Broken):
+    """Halves the vector arm for CJK queries without saying so."""
+
+    catches = ("vector_weight_is_explained",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        if query.query.isascii():
+            return resp
+        params = {**resp.rank_log.params, "vector_weight": 0.5}
+        return replace(resp, rank_log=replace(resp.rank_log, params=params))
+
+
 BROKEN: tuple[type[Broken], ...] = tuple(Broken.__subclasses__())

@@ -16,6 +16,7 @@ from context_search.conformance import (
     cases_input,
     cases_knowledge,
     cases_lifecycle,
+    cases_query,
     cases_results,
     cases_revisions,
 )
@@ -47,6 +48,7 @@ _GROUPS = (
     cases_access,
     cases_lifecycle,
     cases_results,
+    cases_query,
     cases_input,
     cases_revisions,
     cases_knowledge,

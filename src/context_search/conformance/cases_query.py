@@ -1,0 +1,73 @@
+"""Query syntax and fusion notes: every backend reads the same query the same way.
+
+Quoted phrases are required in order, ``-word`` excludes, and a rank log that gives the
+vector arm less than full weight says why (the embedder does not cover the query's script).
+Phrases and negation act on the lexical arm; the vector arm still ranks by meaning, so the
+checks look at lexical ranks only.
+"""
+
+from __future__ import annotations
+
+from context_search.conformance._registry import case, check
+from context_search.conformance.corpus import TEAM, standard_corpus
+from context_search.contract import SearchConnector, SearchQuery, SearchResponse
+
+
+def _lexical(resp: SearchResponse) -> set[str]:
+    return {e.doc_id for e in resp.rank_log.entries if e.lexical_rank is not None}
+
+
+@case("query")
+def quoted_phrase_required_in_order(c: SearchConnector) -> None:
+    """A quoted phrase matches only documents containing its words in that order."""
+    c.upsert(standard_corpus())
+    resp = c.search(SearchQuery(query='"aurora service"', allowed_scopes=[TEAM], top_k=20))
+    lexical = _lexical(resp)
+    check("doc-team-aurora" in lexical, f"phrase missed the document containing it: {lexical}")
+    check(
+        "doc-team-dolomite" not in lexical,
+        "a document with both words but not the phrase matched the phrase lexically",
+    )
+    loose = _lexical(c.search(SearchQuery(query="aurora service", allowed_scopes=[TEAM])))
+    check("doc-team-dolomite" in loose, "unquoted words must match any document with one")
+
+
+@case("query")
+def negated_word_excludes(c: SearchConnector) -> None:
+    """``-word`` removes documents containing the word from the lexical arm."""
+    c.upsert(standard_corpus())
+    plain = _lexical(c.search(SearchQuery(query="aurora", allowed_scopes=[TEAM], top_k=20)))
+    check("doc-team-dolomite" in plain, f"'aurora' should match the dolomite document: {plain}")
+    resp = c.search(SearchQuery(query="aurora -dolomite", allowed_scopes=[TEAM], top_k=20))
+    lexical = _lexical(resp)
+    check("doc-team-dolomite" not in lexical, "a negated word did not exclude its document")
+    check("doc-team-aurora" in lexical, "negation removed documents without the word")
+
+
+@case("query")
+def vector_weight_is_explained(c: SearchConnector) -> None:
+    """A rank log giving the vector arm less than full weight says why, in its notes and in
+    explain; with no weight the arm contributes no candidates."""
+    c.upsert(standard_corpus())
+    for text in ("极光服务重启", "aurora restart", "aurora 极光服务重启"):
+        query = SearchQuery(query=text, allowed_scopes=[TEAM], top_k=5)
+        resp = c.search(query)
+        log = resp.rank_log
+        weight = log.params.get("vector_weight", 1.0)
+        check(0.0 <= weight <= 1.0, f"{text!r}: vector_weight {weight} outside [0, 1]")
+        check(
+            (weight < 1.0) == bool(log.notes),
+            f"{text!r}: vector_weight {weight} with notes {log.notes!r}",
+        )
+        if weight == 0.0:
+            check(
+                log.vector_candidates == 0
+                and all(e.vector_rank is None for e in log.entries),
+                f"{text!r}: the vector arm has no weight but contributed candidates",
+            )
+        for hit in resp.hits[:2]:
+            notes = c.explain(hit.doc_id, query).notes
+            check(
+                all(n in notes for n in log.notes),
+                f"{text!r}: explain({hit.doc_id}) lacks the rank log's notes {log.notes!r}",
+            )
