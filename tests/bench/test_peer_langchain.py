@@ -43,9 +43,9 @@ EMBEDDER = HashingEmbedder(dimension=64)
 
 
 @pytest.fixture
-def peer(pg_dsn: str) -> Iterator[LangchainPeer]:
+def peer(context_search_dsn: str) -> Iterator[LangchainPeer]:
     p = LangchainPeer(
-        pg_dsn,
+        context_search_dsn,
         table=f"peer_test_{uuid.uuid4().hex[:10]}",
         dimension=EMBEDDER.dimension,
         metadata_columns={"scope": "TEXT"},
@@ -106,21 +106,21 @@ def test_filter_applies_to_both_arms(peer: LangchainPeer) -> None:
     assert set(_search(peer, "restart", k=20, filter={"n": {"$lt": 3}})) <= set(IDS[:3])
 
 
-def test_dense_only_mode_and_drop_cleans_up(pg_dsn: str) -> None:
+def test_dense_only_mode_and_drop_cleans_up(context_search_dsn: str) -> None:
     table = f"peer_test_{uuid.uuid4().hex[:10]}"
-    p = LangchainPeer(pg_dsn, table=table, dimension=EMBEDDER.dimension, hybrid=False)
+    p = LangchainPeer(context_search_dsn, table=table, dimension=EMBEDDER.dimension, hybrid=False)
     p.setup(vector_index=False)
     p.add(IDS, TEXTS, EMBEDDER.embed_documents(TEXTS))
     p.create_vector_index()  # built after the load
     assert _search(p, TEXTS[7], k=3)[0] == "doc-07"
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(context_search_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM " + table).fetchone() == (len(TEXTS),)
         indexes = conn.execute(
             "SELECT indexname FROM pg_indexes WHERE tablename = %s", (table,)
         ).fetchall()
         assert {f"{table}_hnsw_idx"} <= {r[0] for r in indexes}
     p.drop()
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(context_search_dsn) as conn:
         assert conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,)
         assert conn.execute(
             "SELECT count(*) FROM pg_indexes WHERE tablename = %s", (table,)

@@ -14,10 +14,10 @@ pytestmark = pytest.mark.integration
 
 
 def test_every_suite_runs_on_a_tiny_dataset(
-    pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    context_search_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("tempfile.mkdtemp", lambda prefix="": str(tmp_path))
-    assert main(["all", "--tiny", "--no-peer", "--dsn", pg_dsn]) == 0
+    assert main(["all", "--tiny", "--no-peer", "--dsn", context_search_dsn]) == 0
     for suite in SUITES:
         result = json.loads((tmp_path / f"{suite}.json").read_text(encoding="utf-8"))
         assert result["suite"] == suite and result["git_revision"]

@@ -30,7 +30,9 @@ def test_conformance_unknown_case_is_a_usage_error() -> None:
 
 
 @pytest.mark.integration
-def test_ingest_search_explain_roundtrip(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
+def test_ingest_search_explain_roundtrip(
+    context_search_dsn: str, context_search_schema: str, tmp_path: Path
+) -> None:
     data = tmp_path / "records.jsonl"
     rows = [
         {
@@ -49,8 +51,17 @@ def test_ingest_search_explain_roundtrip(pg_dsn: str, pg_schema: str, tmp_path: 
         },
     ]
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    common = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
-    migrated = runner.invoke(app, ["migrate", "--dsn", pg_dsn, "--schema", pg_schema])
+    common = [
+        "--dsn",
+        context_search_dsn,
+        "--schema",
+        context_search_schema,
+        "--embedder",
+        "hashing",
+    ]
+    migrated = runner.invoke(
+        app, ["migrate", "--dsn", context_search_dsn, "--schema", context_search_schema]
+    )
     assert migrated.exit_code == 0 and "revision 0005" in migrated.output
     ingested = runner.invoke(app, ["ingest", str(data), *common])
     assert ingested.exit_code == 0, ingested.output
@@ -73,7 +84,7 @@ def test_ingest_search_explain_roundtrip(pg_dsn: str, pg_schema: str, tmp_path: 
 
 @pytest.mark.integration
 def test_deferred_ingest_then_reindex_workers_and_status(
-    pg_dsn: str, pg_schema: str, tmp_path: Path
+    context_search_dsn: str, context_search_schema: str, tmp_path: Path
 ) -> None:
     data = tmp_path / "records.jsonl"
     data.write_text(
@@ -90,7 +101,7 @@ def test_deferred_ingest_then_reindex_workers_and_status(
         + "\n",
         encoding="utf-8",
     )
-    common = ["--dsn", pg_dsn, "--schema", pg_schema]
+    common = ["--dsn", context_search_dsn, "--schema", context_search_schema]
     ingested = runner.invoke(
         app, ["ingest", str(data), *common, "--embedder", "hashing", "--defer-indexing"]
     )

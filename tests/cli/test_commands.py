@@ -46,8 +46,8 @@ def _records(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def common(pg_dsn: str, pg_schema: str, tmp_path: Path) -> list[str]:
-    opts = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
+def common(context_search_dsn: str, context_search_schema: str, tmp_path: Path) -> list[str]:
+    opts = ["--dsn", context_search_dsn, "--schema", context_search_schema, "--embedder", "hashing"]
     result = runner.invoke(app, ["ingest", str(_records(tmp_path)), *opts])
     assert result.exit_code == 0, result.output
     return opts
@@ -116,27 +116,40 @@ def test_delete_supersede_rescope_gap(common: list[str]) -> None:
     assert dup.exit_code == 0 and "duplicate" in dup.output
 
 
-def test_status_and_migrate_json(common: list[str], pg_dsn: str, pg_schema: str) -> None:
-    st = _json(["status", "--dsn", pg_dsn, "--schema", pg_schema])
+def test_status_and_migrate_json(
+    common: list[str], context_search_dsn: str, context_search_schema: str
+) -> None:
+    st = _json(["status", "--dsn", context_search_dsn, "--schema", context_search_schema])
     assert isinstance(st, dict) and st["up_to_date"] is True
     assert sum(d["documents"] for d in st["documents"]) == 3
-    mig = _json(["migrate", "--dsn", pg_dsn, "--schema", pg_schema])
+    mig = _json(["migrate", "--dsn", context_search_dsn, "--schema", context_search_schema])
     assert isinstance(mig, dict) and mig["from"] == mig["to"] == st["head_revision"]
 
 
 def test_status_audit_finds_a_corrupted_copy(
-    common: list[str], pg_dsn: str, pg_schema: str
+    common: list[str], context_search_dsn: str, context_search_schema: str
 ) -> None:
-    args = ["status", "--audit", "--dsn", pg_dsn, "--schema", pg_schema, "--json"]
+    args = [
+        "status",
+        "--audit",
+        "--dsn",
+        context_search_dsn,
+        "--schema",
+        context_search_schema,
+        "--json",
+    ]
     clean = runner.invoke(app, args)
     assert clean.exit_code == 0, clean.output
     assert json.loads(clean.output)["audit"]["consistent"] is True
-    with psycopg.connect(pg_dsn) as conn:  # a chunk whose scope copy disagrees
+    with psycopg.connect(context_search_dsn) as conn:  # a chunk whose scope copy disagrees
         conn.execute(
             sql.SQL(
                 "UPDATE {} SET permission_scope = 'elsewhere' "
                 "WHERE chunk_id = (SELECT min(chunk_id) FROM {})"
-            ).format(sql.Identifier(pg_schema, "chunks"), sql.Identifier(pg_schema, "chunks"))
+            ).format(
+                sql.Identifier(context_search_schema, "chunks"),
+                sql.Identifier(context_search_schema, "chunks"),
+            )
         )
     broken = runner.invoke(app, args)
     assert broken.exit_code == 1
@@ -145,8 +158,10 @@ def test_status_audit_finds_a_corrupted_copy(
     assert violations["stats_drift"] >= 1  # the counters no longer match a recount either
 
 
-def test_ingest_bad_lines_abort_or_skip(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
-    opts = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
+def test_ingest_bad_lines_abort_or_skip(
+    context_search_dsn: str, context_search_schema: str, tmp_path: Path
+) -> None:
+    opts = ["--dsn", context_search_dsn, "--schema", context_search_schema, "--embedder", "hashing"]
     path = tmp_path / "mixed.jsonl"
     path.write_text(
         json.dumps({"document_id": "ok-1", "body": "fine", "permission_scope": "team"})
@@ -162,15 +177,17 @@ def test_ingest_bad_lines_abort_or_skip(pg_dsn: str, pg_schema: str, tmp_path: P
     report = json.loads(aborted.output)
     assert report["written"] is False and report["new"] == 0
     assert [f["where"] for f in report["failures"]] == ["line 2", "line 3"]
-    st = _json(["status", "--dsn", pg_dsn, "--schema", pg_schema])
+    st = _json(["status", "--dsn", context_search_dsn, "--schema", context_search_schema])
     assert isinstance(st, dict) and st["documents"] == []  # nothing half-written
     skipped = runner.invoke(app, ["ingest", str(path), *opts, "--on-error", "skip"])
     assert skipped.exit_code == 1
     assert "line 2" in skipped.output and "2 new" in skipped.output
 
 
-def test_ingest_notes_directory_and_beir(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
-    opts = ["--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
+def test_ingest_notes_directory_and_beir(
+    context_search_dsn: str, context_search_schema: str, tmp_path: Path
+) -> None:
+    opts = ["--dsn", context_search_dsn, "--schema", context_search_schema, "--embedder", "hashing"]
     notes = tmp_path / "notes"
     (notes / "ops").mkdir(parents=True)
     (notes / "ops" / "basalt.md").write_text(

@@ -29,8 +29,16 @@ def test_demo_corpus_is_bundled_and_valid() -> None:
     assert any(r.supersedes for r in records) and any(r.field_mask for r in records)
 
 
-def test_demo_transcript(pg_dsn: str, pg_schema: str) -> None:
-    common = ["demo", "--dsn", pg_dsn, "--schema", pg_schema, "--embedder", "hashing"]
+def test_demo_transcript(context_search_dsn: str, context_search_schema: str) -> None:
+    common = [
+        "demo",
+        "--dsn",
+        context_search_dsn,
+        "--schema",
+        context_search_schema,
+        "--embedder",
+        "hashing",
+    ]
     result = runner.invoke(app, [*common, "--json"])
     assert result.exit_code == 0, result.output
     t = json.loads(result.output)

@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psycopg
 import pytest
 
-from context_search import HashingEmbedder, SearchConnector
-from context_search.conformance import CASES, Case, run_case
+from context_search import Embedder, SearchConnector
+from context_search.conformance import ConnectorFactory
 from context_search.postgres import PostgresSearchConnector
-from tests.integration.conftest import drop_schema_and_role
+from context_search.testing import ConformanceSuite, temporary_schema
 
 
-@pytest.fixture(scope="module")
-def factory(pg_dsn: str) -> object:
-    @contextmanager
-    def make() -> Iterator[SearchConnector]:
-        schema = f"cs_conf_{uuid.uuid4().hex[:10]}"
-        try:
-            with PostgresSearchConnector.open(
-                pg_dsn, embedder=HashingEmbedder(), schema=schema
-            ) as connector:
+class TestPostgresConformance(ConformanceSuite):
+    @pytest.fixture
+    def connector_factory(
+        self, context_search_dsn: str, context_search_embedder: Embedder
+    ) -> ConnectorFactory:
+        @contextmanager
+        def make() -> Iterator[SearchConnector]:
+            with (
+                temporary_schema(context_search_dsn, prefix="cs_conf_") as schema,
+                PostgresSearchConnector.open(
+                    context_search_dsn, embedder=context_search_embedder, schema=schema
+                ) as connector,
+            ):
                 yield connector
-        finally:
-            with psycopg.connect(pg_dsn, autocommit=True) as conn:
-                drop_schema_and_role(conn, schema)
 
-    return make
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_postgres_conforms(case: Case, factory: object) -> None:
-    run_case(case, factory)  # type: ignore[arg-type]
+        return make

@@ -17,9 +17,9 @@ from psycopg import sql
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import (
     BackendUnavailableError,
-    OperationCancelledError,
     EmbeddingFailedError,
     InvalidQueryError,
+    OperationCancelledError,
 )
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.cancel import Cancellation
@@ -30,11 +30,11 @@ QUERY = SearchQuery(query="aurora restart", allowed_scopes=["team"])
 
 
 @pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresSearchConnector]:
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
     with PostgresSearchConnector.open(
-        pg_dsn,
+        context_search_dsn,
         embedder=HashingEmbedder(),
-        schema=pg_schema,
+        schema=context_search_schema,
         connection=ConnectionSettings(
             application_name=APP,
             max_size=2,
@@ -57,10 +57,10 @@ def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresSearchConnector]:
 
 
 @contextmanager
-def _chunks_locked(pg_dsn: str, schema: str) -> Iterator[None]:
+def _chunks_locked(context_search_dsn: str, schema: str) -> Iterator[None]:
     """Hold an exclusive lock on chunks: every search blocks inside its statement (state
     'active', waiting on the lock) until the block ends."""
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(context_search_dsn) as conn:
         conn.execute(
             sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
                 sql.Identifier(schema, "chunks")
@@ -70,9 +70,9 @@ def _chunks_locked(pg_dsn: str, schema: str) -> Iterator[None]:
         conn.rollback()
 
 
-def _blocked_backend(pg_dsn: str, timeout: float = 10.0) -> int:
+def _blocked_backend(context_search_dsn: str, timeout: float = 10.0) -> int:
     deadline = time.monotonic() + timeout
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(context_search_dsn, autocommit=True) as conn:
         while time.monotonic() < deadline:
             row = conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
@@ -114,9 +114,9 @@ def test_pool_connections_carry_the_time_limits(store: PostgresSearchConnector) 
 
 
 def test_search_past_its_time_limit_is_cancelled_not_empty(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
-    with _chunks_locked(pg_dsn, pg_schema):
+    with _chunks_locked(context_search_dsn, context_search_schema):
         started = time.monotonic()
         with pytest.raises(OperationCancelledError) as caught:
             store.search(QUERY, timeout_s=0.3)
@@ -128,12 +128,12 @@ def test_search_past_its_time_limit_is_cancelled_not_empty(
 
 
 def test_cancel_from_another_thread_stops_the_running_search(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     token = Cancellation()
-    with _chunks_locked(pg_dsn, pg_schema):
+    with _chunks_locked(context_search_dsn, context_search_schema):
         thread, out = _in_thread(lambda: store.search(QUERY, cancel=token))
-        _blocked_backend(pg_dsn)
+        _blocked_backend(context_search_dsn)
         token.cancel()
         thread.join(10)
     assert len(out) == 1 and isinstance(out[0], OperationCancelledError)
@@ -144,14 +144,14 @@ def test_cancel_from_another_thread_stops_the_running_search(
 
 
 def test_terminated_backends_never_exhaust_the_pool(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     # Three times the pool's size, each call's backend terminated while it is in use.
     for _ in range(6):
-        with _chunks_locked(pg_dsn, pg_schema):
+        with _chunks_locked(context_search_dsn, context_search_schema):
             thread, out = _in_thread(lambda: store.search(QUERY))
-            pid = _blocked_backend(pg_dsn)
-            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            pid = _blocked_backend(context_search_dsn)
+            with psycopg.connect(context_search_dsn, autocommit=True) as conn:
                 conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
             thread.join(10)
         assert len(out) == 1 and isinstance(out[0], BackendUnavailableError)
@@ -161,10 +161,10 @@ def test_terminated_backends_never_exhaust_the_pool(
 
 
 def test_idle_pooled_connections_killed_are_replaced(
-    store: PostgresSearchConnector, pg_dsn: str
+    store: PostgresSearchConnector, context_search_dsn: str
 ) -> None:
     store.search(QUERY)
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(context_search_dsn, autocommit=True) as conn:
         killed = conn.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
             "WHERE application_name = %s",
@@ -192,8 +192,12 @@ class _BrokenModel(HashingEmbedder):
         raise ConnectionResetError("model server went away")
 
 
-def test_embedder_failure_in_search_is_typed(pg_dsn: str, pg_schema: str) -> None:
-    with PostgresSearchConnector.open(pg_dsn, embedder=_BrokenModel(), schema=pg_schema) as s:
+def test_embedder_failure_in_search_is_typed(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=_BrokenModel(), schema=context_search_schema
+    ) as s:
         with pytest.raises(EmbeddingFailedError) as caught:
             s.search(QUERY)
     assert isinstance(caught.value.__cause__, ConnectionResetError)

@@ -20,18 +20,18 @@ from tests.unit.test_gateway import AGENT_HIT_FIELDS, SCENARIOS, Factory
 
 
 @pytest.fixture
-def factory(pg_dsn: str, pg_schema: str) -> Factory:
+def factory(context_search_dsn: str, context_search_schema: str) -> Factory:
     """Each use gets an empty index: the schema is dropped when the connector closes."""
 
     @contextmanager
     def make() -> Iterator[SearchConnector]:
         try:
             with PostgresSearchConnector.open(
-                pg_dsn, embedder=HashingEmbedder(), schema=pg_schema
+                context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
             ) as store:
                 yield store
         finally:
-            drop_index(pg_dsn, pg_schema)
+            drop_index(context_search_dsn, context_search_schema)
 
     return make
 

@@ -26,9 +26,9 @@ from context_search.postgres.jobs import JobWorker, queue_status
 
 
 @pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresSearchConnector]:
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
     with PostgresSearchConnector.open(
-        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema
+        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
     ) as connector:
         yield connector
 
@@ -43,8 +43,8 @@ def _doc(i: int, scope: str = "team", body: str | None = None) -> ContextDocumen
     )
 
 
-def _jobs(pg_dsn: str, schema: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(pg_dsn) as conn:
+def _jobs(context_search_dsn: str, schema: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(context_search_dsn) as conn:
         return conn.execute(
             sql.SQL(
                 "SELECT job_id, kind, doc_id, status, attempts, last_error, requested_at, "
@@ -53,10 +53,10 @@ def _jobs(pg_dsn: str, schema: str) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
-def _counts(pg_dsn: str, schema: str) -> tuple[int, int, int]:
+def _counts(context_search_dsn: str, schema: str) -> tuple[int, int, int]:
     """(chunks, postings, chunks counted by scope_stats): must reconcile after every job."""
     s = sql.Identifier(schema)
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(context_search_dsn) as conn:
         row = conn.execute(
             sql.SQL(
                 "SELECT (SELECT count(*) FROM {}.chunks), (SELECT count(*) FROM {}.postings), "
@@ -68,7 +68,7 @@ def _counts(pg_dsn: str, schema: str) -> tuple[int, int, int]:
 
 
 def test_two_workers_drain_1000_jobs_each_done_once(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     report = store.upsert([_doc(i) for i in range(1000)], defer_indexing=True)
     assert report.inserted == 1000 and report.embeddings_computed == 0
@@ -83,7 +83,7 @@ def test_two_workers_drain_1000_jobs_each_done_once(
     for t in threads:
         t.join()
     first, second = (set(w.completed) for w in workers)
-    jobs = _jobs(pg_dsn, pg_schema)
+    jobs = _jobs(context_search_dsn, context_search_schema)
     assert len(jobs) == 1000
     assert not first & second, "a job was completed by both workers"
     assert first | second == {j[0] for j in jobs}
@@ -94,7 +94,7 @@ def test_two_workers_drain_1000_jobs_each_done_once(
     assert len(done.hits) == 5
     assert {d.freshness for d in done.evidence.documents} == {"fresh"}
     assert done.evidence.propagation.pending == 0
-    chunks, postings, counted = _counts(pg_dsn, pg_schema)
+    chunks, postings, counted = _counts(context_search_dsn, context_search_schema)
     assert chunks == counted == 1000 and postings > 0
 
 
@@ -111,22 +111,22 @@ _BLOCKED_WORKER = textwrap.dedent(
 
 
 def test_worker_killed_mid_job_has_its_job_retaken(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     store.upsert([_doc(1)], defer_indexing=True)
-    table = sql.Identifier(pg_schema, "documents")
-    with psycopg.connect(pg_dsn) as blocker:
+    table = sql.Identifier(context_search_schema, "documents")
+    with psycopg.connect(context_search_dsn) as blocker:
         # Hold the document's row lock: the worker claims the job, then blocks writing it.
         blocker.execute(sql.SQL("SELECT 1 FROM {} WHERE doc_id = 'd0001' FOR UPDATE").format(table))
         proc = subprocess.Popen(
-            [sys.executable, "-c", _BLOCKED_WORKER, pg_dsn, pg_schema],
+            [sys.executable, "-c", _BLOCKED_WORKER, context_search_dsn, context_search_schema],
             stdout=subprocess.DEVNULL,
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                job = _jobs(pg_dsn, pg_schema)[0]
+                job = _jobs(context_search_dsn, context_search_schema)[0]
                 if job[3] == "running":
                     break
                 time.sleep(0.05)
@@ -140,11 +140,11 @@ def test_worker_killed_mid_job_has_its_job_retaken(
         blocker.rollback()
     # The lease still holds: nobody may take the job yet.
     assert store.reindex().done == 0
-    assert _jobs(pg_dsn, pg_schema)[0][3] == "running"
+    assert _jobs(context_search_dsn, context_search_schema)[0][3] == "running"
     time.sleep(2.2)
     report = store.reindex()
     assert report.done == 1
-    job = _jobs(pg_dsn, pg_schema)[0]
+    job = _jobs(context_search_dsn, context_search_schema)[0]
     assert (job[3], job[4]) == ("done", 2)
     hits = store.search(SearchQuery(query="aurora", allowed_scopes=["team"])).hits
     assert [h.doc_id for h in hits] == ["d0001"]
@@ -160,7 +160,7 @@ class _FailingEmbedder(HashingEmbedder):
 
 
 def test_failing_job_retries_with_backoff_then_fails_keeping_its_error(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     store.upsert([_doc(1), _doc(2)])
     store.upsert(
@@ -178,12 +178,12 @@ def test_failing_job_retries_with_backoff_then_fails_keeping_its_error(
     # The batch failed, then each job ran alone: the healthy one is done, the bad one waits.
     assert (first.done, first.retried, first.failed) == (1, 1, 0)
     assert worker.drain().done == 0  # still backing off
-    by_doc = {j[2]: j for j in _jobs(pg_dsn, pg_schema)}
+    by_doc = {j[2]: j for j in _jobs(context_search_dsn, context_search_schema)}
     assert by_doc["d0001"][3] == "pending" and "rejected" in by_doc["d0001"][5]
     time.sleep(0.6)
     second = worker.drain()
     assert (second.done, second.retried, second.failed) == (0, 0, 1)
-    by_doc = {j[2]: j for j in _jobs(pg_dsn, pg_schema)}
+    by_doc = {j[2]: j for j in _jobs(context_search_dsn, context_search_schema)}
     assert by_doc["d0001"][3] == "failed" and by_doc["d0001"][4] == 2
     assert "embedding service rejected the batch" in by_doc["d0001"][5]
     resp = store.search(SearchQuery(query="aurora", allowed_scopes=["team"]))
@@ -197,7 +197,7 @@ def test_failing_job_retries_with_backoff_then_fails_keeping_its_error(
 
 
 def test_purge_job_removes_chunks_postings_and_body(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     store.upsert([_doc(1), _doc(2)])
     assert store.delete_or_supersede("d0001")
@@ -205,23 +205,26 @@ def test_purge_job_removes_chunks_postings_and_body(
         h.doc_id for h in store.search(SearchQuery(query="aurora", allowed_scopes=["team"])).hits
     ] == ["d0002"]
     assert store.reindex().done == 1
-    chunks, _, counted = _counts(pg_dsn, pg_schema)
+    chunks, _, counted = _counts(context_search_dsn, context_search_schema)
     assert chunks == counted == 1
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(context_search_dsn) as conn:
         row = conn.execute(
             sql.SQL(
                 "SELECT d.body, (SELECT count(*) FROM {} p WHERE p.doc_id = d.doc_id) "
                 "FROM {} d WHERE d.doc_id = 'd0001'"
-            ).format(sql.Identifier(pg_schema, "postings"), sql.Identifier(pg_schema, "documents"))
+            ).format(
+                sql.Identifier(context_search_schema, "postings"),
+                sql.Identifier(context_search_schema, "documents"),
+            )
         ).fetchone()
     assert row == ("", 0)
-    job = _jobs(pg_dsn, pg_schema)[0]
+    job = _jobs(context_search_dsn, context_search_schema)[0]
     assert job[1] == "purge" and job[3] == "done"
     assert job[7] == job[6]  # visible at the commit of the delete, before the purge ran
 
 
 def test_deferred_update_keeps_old_entries_pending_unless_masking_changed(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     store.upsert([_doc(1, body="Aurora original wording."), _doc(2, body="Aurora second.")])
     store.upsert(
@@ -249,7 +252,7 @@ def test_deferred_update_keeps_old_entries_pending_unless_masking_changed(
 
 
 def test_rescope_under_concurrent_searches_never_shows_old_scope(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     """Every search that starts after ``rescope`` returned must not see the document in the
     old scope; 20 documents moved while 4 threads search without pause."""
@@ -296,11 +299,11 @@ def test_rescope_under_concurrent_searches_never_shows_old_scope(
     assert {h.doc_id for h in new.hits} == set(moved_at)
     assert store.search(SearchQuery(query="aurora", allowed_scopes=["old"])).hits == ()
     # The propagation record: visible at commit, verified by a worker.
-    rescopes = [j for j in _jobs(pg_dsn, pg_schema) if j[1] == "rescope"]
+    rescopes = [j for j in _jobs(context_search_dsn, context_search_schema) if j[1] == "rescope"]
     assert len(rescopes) == n and all(j[7] == j[6] for j in rescopes)
     assert store.reindex().done == n
-    assert {j[3] for j in _jobs(pg_dsn, pg_schema)} == {"done"}
-    chunks, _, counted = _counts(pg_dsn, pg_schema)
+    assert {j[3] for j in _jobs(context_search_dsn, context_search_schema)} == {"done"}
+    chunks, _, counted = _counts(context_search_dsn, context_search_schema)
     assert chunks == counted
 
 

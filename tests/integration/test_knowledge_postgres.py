@@ -19,9 +19,9 @@ from tests.unit.test_knowledge import (
 
 
 @pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresSearchConnector]:
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
     with PostgresSearchConnector.open(
-        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema
+        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
     ) as connector:
         yield connector
 

@@ -199,14 +199,18 @@ def test_sqlalchemy_url_adds_the_psycopg_driver() -> None:
     assert conninfo_to_dict(url.replace("+psycopg", "")) == {"host": "/tmp/a b", "dbname": "d"}
 
 
-def test_pg_schema_fixture_gives_an_empty_schema(pg_dsn: str, pg_schema: str) -> None:
-    assert pg_schema.startswith("cs_test_")
-    with psycopg.connect(pg_dsn) as conn:
+def test_schema_fixture_gives_an_empty_schema(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    assert context_search_schema.startswith("cs_test_")
+    with psycopg.connect(context_search_dsn) as conn:
         row = conn.execute(
-            "select count(*) from information_schema.tables where table_schema = %s", [pg_schema]
+            "select count(*) from information_schema.tables where table_schema = %s",
+            [context_search_schema],
         ).fetchone()
         exists = conn.execute(
-            "select 1 from information_schema.schemata where schema_name = %s", [pg_schema]
+            "select 1 from information_schema.schemata where schema_name = %s",
+            [context_search_schema],
         ).fetchone()
     assert row == (0,)
     assert exists == (1,)

@@ -26,9 +26,9 @@ from context_search.postgres.models import Base
 
 
 @pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresSearchConnector]:
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
     with PostgresSearchConnector.open(
-        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema
+        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
     ) as connector:
         yield connector
 
@@ -39,25 +39,26 @@ def _tables(dsn: str, schema: str) -> set[str]:
         return {r[0] for r in rows}
 
 
-def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
-    engine = create_store_engine(pg_dsn, schema=pg_schema)
+def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str) -> None:
+    engine = create_store_engine(context_search_dsn, schema=context_search_schema)
     try:
-        assert current_revision(engine, schema=pg_schema) is None
-        migrate(engine, schema=pg_schema)
-        assert current_revision(engine, schema=pg_schema) == "0005"
+        assert current_revision(engine, schema=context_search_schema) is None
+        migrate(engine, schema=context_search_schema)
+        assert current_revision(engine, schema=context_search_schema) == "0005"
         assert {"documents", "chunks", "gaps", "index_configs", "index_jobs"} <= _tables(
-            pg_dsn, pg_schema
+            context_search_dsn, context_search_schema
         )
-        with psycopg.connect(pg_dsn) as conn:
+        with psycopg.connect(context_search_dsn) as conn:
             indexes = dict(
                 conn.execute(
-                    "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", (pg_schema,)
+                    "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s",
+                    (context_search_schema,),
                 ).fetchall()
             )
             rls = conn.execute(
                 "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE nspname = %s AND relrowsecurity",
-                (pg_schema,),
+                (context_search_schema,),
             ).fetchall()
         assert "hnsw" in indexes["ix_chunks_embedding_hnsw"]
         assert "vector_cosine_ops" in indexes["ix_chunks_embedding_hnsw"]
@@ -70,10 +71,10 @@ def test_migrate_up_down_up(pg_dsn: str, pg_schema: str) -> None:
             "term_stats",
             "index_jobs",
         }
-        downgrade(engine, schema=pg_schema)
-        assert _tables(pg_dsn, pg_schema) == {"alembic_version"}
-        migrate(engine, schema=pg_schema)
-        assert current_revision(engine, schema=pg_schema) == "0005"
+        downgrade(engine, schema=context_search_schema)
+        assert _tables(context_search_dsn, context_search_schema) == {"alembic_version"}
+        migrate(engine, schema=context_search_schema)
+        assert current_revision(engine, schema=context_search_schema) == "0005"
     finally:
         close_store_engine(engine)
 
@@ -102,15 +103,17 @@ def _count(dsn: str, schema: str, table: str) -> int:
 
 
 def test_upsert_thousand_then_idempotent(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     records = _records(1000)
     seen: list[tuple[int, int]] = []
     first = store.upsert(records, progress=lambda done, total: seen.append((done, total)))
     assert first.inserted == 1000
     assert seen[-1] == (1000, 1000) and len(seen) == 4
-    assert _count(pg_dsn, pg_schema, "documents") == 1000
-    assert _count(pg_dsn, pg_schema, "chunks") == first.chunks_written >= 1000
+    assert _count(context_search_dsn, context_search_schema, "documents") == 1000
+    assert (
+        _count(context_search_dsn, context_search_schema, "chunks") == first.chunks_written >= 1000
+    )
     again = store.upsert(records)
     assert again.unchanged == 1000 and again.embeddings_computed == 0
     hits = store.search(SearchQuery(query="topic5 record", allowed_scopes=["team"])).hits
@@ -142,12 +145,14 @@ def _snapshot(dsn: str, schema: str) -> list[tuple[object, ...]]:
         return [tuple(r) for r in conn.execute(q).fetchall()]
 
 
-def test_mid_batch_failure_leaves_batch_untouched(pg_dsn: str, pg_schema: str) -> None:
+def test_mid_batch_failure_leaves_batch_untouched(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
     with PostgresSearchConnector.open(
-        pg_dsn, embedder=HashingEmbedder(), schema=pg_schema
+        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
     ) as store:
         store.upsert(_records(30))
-    before = _snapshot(pg_dsn, pg_schema)
+    before = _snapshot(context_search_dsn, context_search_schema)
     failing = _FailsOnCall(fail_on=3)
     changed = [
         ContextDocumentRecord(
@@ -158,12 +163,14 @@ def test_mid_batch_failure_leaves_batch_untouched(pg_dsn: str, pg_schema: str) -
         )
         for i, r in enumerate(_records(30))
     ]
-    with PostgresSearchConnector.open(pg_dsn, embedder=failing, schema=pg_schema) as store:
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=failing, schema=context_search_schema
+    ) as store:
         with pytest.raises(EmbeddingFailedError) as caught:
             store.upsert(changed, batch_size=10)
     assert caught.value.code == "EMBEDDING_FAILED"
     assert isinstance(caught.value.__cause__, RuntimeError)
-    after = _snapshot(pg_dsn, pg_schema)
+    after = _snapshot(context_search_dsn, context_search_schema)
     # Batches 1 and 2 (records 0-19) committed; batch 3 (20-29) left exactly as it was.
     assert [r for r in after if r[0] >= "doc-00020"] == [r for r in before if r[0] >= "doc-00020"]
     assert all(str(r[1]).startswith("rewritten") for r in after if r[0] < "doc-00020")
@@ -171,7 +178,7 @@ def test_mid_batch_failure_leaves_batch_untouched(pg_dsn: str, pg_schema: str) -
 
 
 def test_multilingual_offsets_are_byte_exact(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     bodies = {
         "zh": "极光服务每天夜间自动重启。" * 40 + "如果重启连续失败两次，请联系值班工程师。",
@@ -184,11 +191,11 @@ def test_multilingual_offsets_are_byte_exact(
             for k, v in bodies.items()
         ]
     )
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(context_search_dsn) as conn:
         rows = conn.execute(
             sql.SQL(
                 "SELECT doc_id, start_byte, end_byte, text FROM {}.chunks ORDER BY doc_id, ordinal"
-            ).format(sql.Identifier(pg_schema))
+            ).format(sql.Identifier(context_search_schema))
         ).fetchall()
     per_doc: dict[str, int] = {}
     for doc_id, start, end, chunk in rows:
@@ -207,7 +214,7 @@ def test_multilingual_offsets_are_byte_exact(
 
 
 def test_masked_fields_are_not_stored_or_indexed(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     store.upsert(
         [
@@ -224,14 +231,16 @@ def test_masked_fields_are_not_stored_or_indexed(
             )
         ]
     )
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(context_search_dsn) as conn:
         doc = conn.execute(
             sql.SQL("SELECT title, summary, owner, metadata::text FROM {}.documents").format(
-                sql.Identifier(pg_schema)
+                sql.Identifier(context_search_schema)
             )
         ).fetchone()
         chunk = conn.execute(
-            sql.SQL("SELECT tsv::text, text FROM {}.chunks").format(sql.Identifier(pg_schema))
+            sql.SQL("SELECT tsv::text, text FROM {}.chunks").format(
+                sql.Identifier(context_search_schema)
+            )
         ).fetchone()
     assert doc is not None and chunk is not None
     assert doc[:3] == ("", "", "") and "eve" not in doc[3] and "eu" in doc[3]
@@ -241,12 +250,14 @@ def test_masked_fields_are_not_stored_or_indexed(
 
 
 def test_rls_enforces_scopes_without_query_predicate(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     store.upsert(_records(5, prefix="t", scope="team") + _records(7, prefix="s", scope="secret"))
-    role = f"{pg_schema}_reader"
-    with psycopg.connect(pg_dsn) as conn:
-        conn.execute(sql.SQL("SET search_path TO {}, public").format(sql.Identifier(pg_schema)))
+    role = f"{context_search_schema}_reader"
+    with psycopg.connect(context_search_dsn) as conn:
+        conn.execute(
+            sql.SQL("SET search_path TO {}, public").format(sql.Identifier(context_search_schema))
+        )
         conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
         counts = {}
         for label, scopes in (
@@ -269,7 +280,9 @@ def test_rls_enforces_scopes_without_query_predicate(
 
 
 @pytest.mark.parametrize("iterative", ["relaxed_order", "off"])
-def test_filtered_vector_search_fills_top_k(pg_dsn: str, pg_schema: str, iterative: str) -> None:
+def test_filtered_vector_search_fills_top_k(
+    context_search_dsn: str, context_search_schema: str, iterative: str
+) -> None:
     """A selective filter must not starve the HNSW arm: iterative index scans keep going.
 
     The "off" run is the control: the same search through the same index comes back short,
@@ -277,9 +290,9 @@ def test_filtered_vector_search_fills_top_k(pg_dsn: str, pg_schema: str, iterati
     """
     planner = {"enable_seqscan": "off", "enable_sort": "off", "hnsw.iterative_scan": iterative}
     with PostgresSearchConnector.open(
-        pg_dsn,
+        context_search_dsn,
         embedder=HashingEmbedder(),
-        schema=pg_schema,
+        schema=context_search_schema,
         pool_size=10,
         planner_settings=planner,
         exact_threshold=0,
@@ -307,7 +320,9 @@ def _vector_top(store: PostgresSearchConnector, query: SearchQuery) -> list[str]
 
 
 @pytest.mark.slow
-def test_filtered_vector_recall_matches_exact_search(pg_dsn: str, pg_schema: str) -> None:
+def test_filtered_vector_recall_matches_exact_search(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
     """Recall@10 of the vector arm against exact search at 0.1%, 1%, 10% and 100% selectivity.
 
     With exact_threshold=100 the two selective cases take the exact path and the other two
@@ -330,9 +345,9 @@ def test_filtered_vector_recall_matches_exact_search(pg_dsn: str, pg_schema: str
         "100%": {},
     }
     with PostgresSearchConnector.open(
-        pg_dsn,
+        context_search_dsn,
         embedder=HashingEmbedder(),
-        schema=pg_schema,
+        schema=context_search_schema,
         pool_size=10,
         planner_settings=planner,
         exact_threshold=100,
@@ -341,9 +356,9 @@ def test_filtered_vector_recall_matches_exact_search(pg_dsn: str, pg_schema: str
         with approx.engine.begin() as conn:
             conn.exec_driver_sql("ANALYZE chunks")
         with PostgresSearchConnector.open(
-            pg_dsn,
+            context_search_dsn,
             embedder=HashingEmbedder(),
-            schema=pg_schema,
+            schema=context_search_schema,
             pool_size=10,
             exact_threshold=10**9,
         ) as exact:
@@ -397,11 +412,11 @@ def test_web_query_syntax_phrases_and_negation(store: PostgresSearchConnector) -
 
 
 def _counters_and_recount(
-    pg_dsn: str, schema: str
+    context_search_dsn: str, schema: str
 ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """(scope_stats rows, the same figures recounted from chunks): equal when consistent."""
     s = sql.Identifier(schema)
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(context_search_dsn) as conn:
         kept = conn.execute(
             sql.SQL(
                 "SELECT permission_scope, lifecycle, chunks, tokens FROM {}.scope_stats "
@@ -436,7 +451,7 @@ def _term_stats_and_recount(dsn: str, schema: str) -> tuple[list[object], list[o
 
 
 def test_scope_stats_and_postings_follow_every_write(
-    store: PostgresSearchConnector, pg_dsn: str, pg_schema: str
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:
     """The BM25 counters always equal a recount, through upserts, updates and lifecycles."""
     store.upsert(_records(40) + _records(10, prefix="s", scope="secret"))
@@ -459,9 +474,9 @@ def test_scope_stats_and_postings_follow_every_write(
             )
         ]
     )
-    s = sql.Identifier(pg_schema)
-    kept, recount = _counters_and_recount(pg_dsn, pg_schema)
-    with psycopg.connect(pg_dsn) as conn:
+    s = sql.Identifier(context_search_schema)
+    kept, recount = _counters_and_recount(context_search_dsn, context_search_schema)
+    with psycopg.connect(context_search_dsn) as conn:
         stale = conn.execute(
             sql.SQL(
                 "SELECT count(*) FROM {s}.postings p JOIN {s}.chunks c USING (chunk_id) "
@@ -472,7 +487,7 @@ def test_scope_stats_and_postings_follow_every_write(
             sql.SQL("SELECT kind, doc_id FROM {}.index_jobs ORDER BY job_id").format(s)
         ).fetchall()
     assert kept == recount
-    terms, term_recount = _term_stats_and_recount(pg_dsn, pg_schema)
+    terms, term_recount = _term_stats_and_recount(context_search_dsn, context_search_schema)
     assert terms == term_recount
     assert {(r[0], r[1]) for r in kept} >= {("team", "deleted"), ("team", "superseded")}
     assert stale == (0,)
@@ -483,9 +498,9 @@ def test_scope_stats_and_postings_follow_every_write(
         ("supersede", "doc-00006"),
     ]
     assert store.reindex().done == 4
-    kept, recount = _counters_and_recount(pg_dsn, pg_schema)
+    kept, recount = _counters_and_recount(context_search_dsn, context_search_schema)
     assert kept == recount  # the purge took its chunks out of the counters too
-    terms, term_recount = _term_stats_and_recount(pg_dsn, pg_schema)
+    terms, term_recount = _term_stats_and_recount(context_search_dsn, context_search_schema)
     assert terms == term_recount and terms
     assert ("team", "deleted") not in {(r[0], r[1]) for r in kept}
 
@@ -497,7 +512,9 @@ def test_migrations_and_typed_models_agree(store: PostgresSearchConnector) -> No
         assert compare_metadata(context, Base.metadata) == []
 
 
-def test_config_change_marks_evidence_stale(pg_dsn: str, pg_schema: str) -> None:
+def test_config_change_marks_evidence_stale(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
     """Reopening with other chunking activates a new config revision (a hash of the settings)
     and queues re-embedding: evidence says pending until the job ran, then fresh; going back
     to the first configuration makes it current again."""
@@ -506,7 +523,9 @@ def test_config_change_marks_evidence_stale(pg_dsn: str, pg_schema: str) -> None
     )
     query = SearchQuery(query="aurora", allowed_scopes=["team"])
     embedder = HashingEmbedder()
-    with PostgresSearchConnector.open(pg_dsn, embedder=embedder, schema=pg_schema) as first:
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=embedder, schema=context_search_schema
+    ) as first:
         first.upsert([record])
         before = first.search(query).evidence
     assert before.config_revision == index_config_revision(
@@ -518,9 +537,15 @@ def test_config_change_marks_evidence_stale(pg_dsn: str, pg_schema: str) -> None
     )
     assert [d.freshness for d in before.documents] == ["fresh"]
     with pytest.raises(RetrieverUnconfiguredError):  # a config change must be asked for
-        PostgresSearchConnector.open(pg_dsn, embedder=embedder, schema=pg_schema, chunk_bytes=600)
+        PostgresSearchConnector.open(
+            context_search_dsn, embedder=embedder, schema=context_search_schema, chunk_bytes=600
+        )
     with PostgresSearchConnector.open(
-        pg_dsn, embedder=embedder, schema=pg_schema, chunk_bytes=600, reconfigure=True
+        context_search_dsn,
+        embedder=embedder,
+        schema=context_search_schema,
+        chunk_bytes=600,
+        reconfigure=True,
     ) as second:
         stale = second.search(query).evidence
         assert stale.config_revision != before.config_revision
@@ -534,7 +559,7 @@ def test_config_change_marks_evidence_stale(pg_dsn: str, pg_schema: str) -> None
         assert after.documents[0].indexed_config_revision == stale.config_revision
         assert after.propagation.pending == 0
     with PostgresSearchConnector.open(
-        pg_dsn, embedder=embedder, schema=pg_schema, reconfigure=True
+        context_search_dsn, embedder=embedder, schema=context_search_schema, reconfigure=True
     ) as again:
         back = again.search(query).evidence
         assert back.config_revision == before.config_revision

@@ -33,8 +33,12 @@ def _assert_survived(result: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_load_has_no_errors_and_no_leaks(pg_dsn: str, pg_schema: str) -> None:
-    result = reliability.run_load(pg_dsn, pg_schema, duration_s=LOAD_SECONDS)
+def test_load_has_no_errors_and_no_leaks(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    result = reliability.run_load(
+        context_search_dsn, context_search_schema, duration_s=LOAD_SECONDS
+    )
     assert result["errors"] == 0, result["error_samples"]
     assert result["leaks"] == 0, result["leak_samples"]
     assert result["verify_problems"] == []
@@ -46,8 +50,8 @@ def test_load_has_no_errors_and_no_leaks(pg_dsn: str, pg_schema: str) -> None:
 
 
 @pytest.mark.slow
-def test_faults_are_survived(pg_dsn: str, pg_schema: str) -> None:
-    result = reliability.run_faults(None, pg_dsn, pg_schema, rounds=ROUNDS)
+def test_faults_are_survived(context_search_dsn: str, context_search_schema: str) -> None:
+    result = reliability.run_faults(None, context_search_dsn, context_search_schema, rounds=ROUNDS)
     assert set(result["kinds"]) == {
         "terminate_during_upsert",
         "terminate_during_job",

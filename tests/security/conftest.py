@@ -1,23 +1,21 @@
-"""Fixtures for the security suite: the integration server, module-scoped schemas, counters.
+"""Fixtures for the security suite: module-scoped schemas and probe counters.
 
 The hostile-input and leak-probe modules reuse one connector per backend and module (a
 schema costs a migration), so the schemas here live as long as the module that asked for
-them. Every item that talks to PostgreSQL is marked ``integration``.
+them. The server is the plugin's ``context_search_dsn``. Every item that talks to PostgreSQL
+is marked ``integration``.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from tests.integration import conftest as integration
-from tests.integration.conftest import pg_dsn, pg_schema  # noqa: F401
+from context_search.testing import temporary_schema
 
 _HERE = Path(__file__).parent.resolve()
 
@@ -26,7 +24,7 @@ PROBES: Counter[str] = Counter()
 
 
 def _uses_postgres(item: pytest.Item) -> bool:
-    if "pg_dsn" in getattr(item, "fixturenames", ()):
+    if "context_search_dsn" in getattr(item, "fixturenames", ()):
         return True
     callspec = getattr(item, "callspec", None)
     return callspec is not None and "postgres" in callspec.params.values()
@@ -51,19 +49,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture(scope="module")
-def schema_factory(pg_dsn: str) -> Iterator[Callable[[], str]]:  # noqa: F811
+def schema_factory(context_search_dsn: str) -> Iterator[Callable[[], str]]:
     """Fresh empty schemas that live as long as the requesting module (and their roles)."""
-    created: list[str] = []
-
-    def make() -> str:
-        name = f"cs_sec_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-        created.append(name)
-        return name
-
-    yield make
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("SET lock_timeout = '10s'")
-        for name in reversed(created):
-            integration.drop_schema_and_role(conn, name)
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(temporary_schema(context_search_dsn, prefix="cs_sec_"))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from context_search.cli import app
-from tests.integration.conftest import drop_schema_and_role
+from context_search.testing import drop_schema_and_role
 from tests.security.test_hostile_input import INJECTIONS, INVALID_TEXT, KNOWN_CODES
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ scope_lists = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def opts(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+def opts(context_search_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     schema = f"cs_cli_hostile_{uuid.uuid4().hex[:8]}"
     rows = [
         {"document_id": "public-doc", "body": "Aurora runbook.", "permission_scope": "team"},
@@ -52,11 +52,11 @@ def opts(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list
     ]
     path: Path = tmp_path_factory.mktemp("cli") / "rows.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    common = ["--dsn", pg_dsn, "--schema", schema, "--embedder", "hashing"]
+    common = ["--dsn", context_search_dsn, "--schema", schema, "--embedder", "hashing"]
     result = runner.invoke(app, ["ingest", str(path), *common])
     assert result.exit_code == 0, result.output
     yield common
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+    with psycopg.connect(context_search_dsn, autocommit=True) as conn:
         drop_schema_and_role(conn, schema)
 
 

@@ -181,7 +181,7 @@ def open_store(
         mem.upsert(list(seed))
         yield Store("memory", mem, registry)
         return
-    dsn: str = request.getfixturevalue("pg_dsn")
+    dsn: str = request.getfixturevalue("context_search_dsn")
     schema: str = request.getfixturevalue("schema_factory")()
     with PostgresSearchConnector.open(dsn, embedder=HashingEmbedder(), schema=schema) as pg:
         pg.upsert(list(seed))

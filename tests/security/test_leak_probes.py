@@ -220,7 +220,7 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
         _fill(without, secret=False)
         yield Pair("memory", with_secret, without)
         return
-    dsn: str = request.getfixturevalue("pg_dsn")
+    dsn: str = request.getfixturevalue("context_search_dsn")
     make: Callable[[], str] = request.getfixturevalue("schema_factory")
     schema_with, schema_without = make(), make()
     with ExitStack() as stack:
@@ -941,7 +941,7 @@ def fresh(request: pytest.FixtureRequest, backend: str) -> Iterator[Any]:
     if backend == "memory":
         yield InMemorySearchConnector(embedder=HashingEmbedder())
         return
-    dsn: str = request.getfixturevalue("pg_dsn")
+    dsn: str = request.getfixturevalue("context_search_dsn")
     schema: str = request.getfixturevalue("schema_factory")()
     with PostgresSearchConnector.open(dsn, embedder=HashingEmbedder(), schema=schema) as store:
         yield store

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import pytest
 
 from context_search import InMemorySearchConnector, SearchConnector
-from context_search.conformance import CASES, Case, ConformanceFailure, run_case, run_conformance
+from context_search.conformance import (
+    CASES,
+    ConformanceFailure,
+    ConnectorFactory,
+    run_case,
+    run_conformance,
+)
+from context_search.testing import ConformanceSuite
 from tests.unit.broken_connectors import BROKEN, Broken
 
 pytestmark = pytest.mark.unit
 
 
-def _factory(
-    cls: type[InMemorySearchConnector],
-) -> Callable[[], AbstractContextManager[SearchConnector]]:
+def _factory(cls: type[InMemorySearchConnector]) -> ConnectorFactory:
     @contextmanager
     def make() -> Iterator[SearchConnector]:
         with cls() as connector:
@@ -31,9 +36,10 @@ def test_suite_has_at_least_twenty_cases() -> None:
     assert len({c.name for c in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_reference_connector_conforms(case: Case) -> None:
-    run_case(case, _factory(InMemorySearchConnector))
+class TestReferenceConnector(ConformanceSuite):
+    @pytest.fixture
+    def connector_factory(self) -> ConnectorFactory:
+        return _factory(InMemorySearchConnector)
 
 
 @pytest.mark.parametrize("broken", BROKEN, ids=lambda b: b.__name__)
