@@ -1,0 +1,134 @@
+"""The index configuration a connector reads and writes under.
+
+Embedding model, dimension, chunking and text-search configuration together decide what
+every chunk and vector in the index means, so a schema has exactly one active configuration
+at a time, shared by every process. Opening with other settings is refused unless the caller
+asks to reconfigure; then everything built under the old configuration is queued for
+re-embedding, and until the jobs ran the evidence says so.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, text
+
+from context_search.contract import index_config_revision
+from context_search.embedding import Embedder
+from context_search.errors import RetrieverUnconfiguredError
+from context_search.postgres.engine import translate_errors
+from context_search.postgres.ingest import ENQUEUE_INDEX, IndexSettings
+
+__all__ = ["activate_config"]
+
+
+def activate_config(
+    engine: Engine,
+    embedder: Embedder,
+    chunk_bytes: int,
+    chunk_overlap: int,
+    ts_config: str,
+    reconfigure: bool,
+) -> IndexSettings:
+    """Make the configuration for this embedder and chunking the active revision.
+
+    A changed configuration gets a new revision; chunks built under an older one are then
+    stale, which the evidence reports and the reindex job repairs.
+    """
+    with translate_errors("activate index configuration"), engine.begin() as conn:
+        conn.execute(text("LOCK TABLE index_configs IN SHARE ROW EXCLUSIVE MODE"))
+        dim = conn.execute(
+            text(
+                "SELECT atttypmod FROM pg_attribute WHERE attrelid = CAST('chunks' AS regclass) "
+                "AND attname = 'embedding'"
+            )
+        ).scalar()
+        if dim != embedder.dimension:
+            raise RetrieverUnconfiguredError(
+                f"embedder {embedder.model_id} has dimension {embedder.dimension}, but this "
+                f"schema stores vectors of dimension {dim}; use another schema",
+                details={"expected": dim, "got": embedder.dimension},
+            )
+        if (
+            conn.execute(
+                text("SELECT 1 FROM pg_ts_config WHERE cfgname = :c"), {"c": ts_config}
+            ).scalar()
+            is None
+        ):
+            raise RetrieverUnconfiguredError(f"unknown text search configuration {ts_config!r}")
+        config_id = index_config_revision(
+            embedding_model=embedder.model_id,
+            dimension=embedder.dimension,
+            chunk_bytes=chunk_bytes,
+            chunk_overlap=chunk_overlap,
+            text_search_config=ts_config,
+        )
+        row = conn.execute(
+            text("SELECT revision, active FROM index_configs WHERE config_id = :c"),
+            {"c": config_id},
+        ).one_or_none()
+        active = conn.execute(
+            text("SELECT config_id, embedding_model FROM index_configs WHERE active")
+        ).one_or_none()
+        if row is not None and row.active:
+            revision = int(row.revision)
+        elif active is not None and not reconfigure:
+            raise RetrieverUnconfiguredError(
+                f"this index is configured for {active.embedding_model} with other chunking or "
+                "text-search settings; open it with the same settings, or pass "
+                "reconfigure=True to re-embed everything under these",
+                details={"active_config": active.config_id, "requested_config": config_id},
+            )
+        else:
+            conn.execute(text("UPDATE index_configs SET active = false WHERE active"))
+            if row is not None:  # back to an earlier configuration: its entries count again
+                revision = int(row.revision)
+                conn.execute(
+                    text("UPDATE index_configs SET active = true WHERE revision = :r"),
+                    {"r": revision},
+                )
+            else:
+                revision = int(
+                    conn.execute(
+                        text("SELECT COALESCE(max(revision), 0) + 1 FROM index_configs")
+                    ).scalar_one()
+                )
+                conn.execute(
+                    text(
+                        "INSERT INTO index_configs (revision, config_id, embedding_model, "
+                        "dimension, chunk_bytes, chunk_overlap, text_search_config, active) "
+                        "VALUES (:r, :c, :m, :d, :cb, :co, :ts, true)"
+                    ),
+                    {
+                        "r": revision,
+                        "c": config_id,
+                        "m": embedder.model_id,
+                        "d": embedder.dimension,
+                        "cb": chunk_bytes,
+                        "co": chunk_overlap,
+                        "ts": ts_config,
+                    },
+                )
+            # Everything built under another configuration is re-embedded by index jobs;
+            # until then its evidence says ``pending`` (stale_config with a queued job).
+            stale = [
+                r[0]
+                for r in conn.execute(
+                    text(
+                        "SELECT doc_id FROM documents WHERE lifecycle <> 'deleted' "
+                        "AND indexed_config_revision IS DISTINCT FROM :r"
+                    ),
+                    {"r": revision},
+                )
+            ]
+            for start in range(0, len(stale), 10_000):
+                conn.execute(
+                    ENQUEUE_INDEX, {"ids": stale[start : start + 10_000], "revision": revision}
+                )
+    return IndexSettings(
+        revision=revision,
+        config_id=config_id,
+        embedding_model=embedder.model_id,
+        dimension=embedder.dimension,
+        chunk_bytes=chunk_bytes,
+        chunk_overlap=chunk_overlap,
+        text_search_config=ts_config,
+    )

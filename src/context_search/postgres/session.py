@@ -1,0 +1,150 @@
+"""Read transactions: the only way the connector reads.
+
+Every read runs as the schema's reader role with the caller's scopes set for that
+transaction alone, so row-level security enforces the same scope predicate each query also
+states — a query that forgot it still cannot return another scope's rows. One REPEATABLE
+READ snapshot covers every statement of a call, so a search's hits and its evidence describe
+the same moment. The read time limit and a ``Cancellation`` reach every statement of the
+transaction, not only the first.
+
+Planner settings are per search (``SET LOCAL``): they end with the transaction and never
+leak into the pooled connection the next caller receives.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
+
+from context_search.errors import InvalidConfigError, InvalidQueryError, OperationCancelledError
+from context_search.postgres.cancel import Cancellation
+from context_search.postgres.engine import ConnectionSettings, ms, translate_errors
+
+__all__ = ["SCOPES_SETTING", "ReadSession", "ReadSessions", "validate_planner_settings"]
+
+#: The transaction setting the row-level security policies read the caller's scopes from.
+SCOPES_SETTING = "context_search.allowed_scopes"
+
+# Only settings that change how a search is planned, never what it may read (no role,
+# search_path or row_security): these values reach ``set_config`` inside the reader's
+# transaction.
+_PLANNER_KEY = re.compile(
+    r"^(enable_[a-z_]+|hnsw\.[a-z_]+|ivfflat\.[a-z_]+|random_page_cost"
+    r"|seq_page_cost|work_mem|jit|max_parallel_workers_per_gather)$"
+)
+
+
+def validate_planner_settings(settings: Mapping[str, str] | None) -> dict[str, str]:
+    """The planner settings as a dict; ``INVALID_CONFIG`` for a key outside the allowed
+    planner knobs or a value that is not a string."""
+    planner = dict(settings or {})
+    for key, value in planner.items():
+        if not isinstance(key, str) or not _PLANNER_KEY.match(key) or not isinstance(value, str):
+            raise InvalidConfigError(
+                f"unsupported planner setting {key!r}", details={"field": "planner_settings"}
+            )
+    return planner
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSession:
+    """One open read transaction: its connection and the search planner settings."""
+
+    conn: Connection
+    planner: Mapping[str, str]
+
+    def tune_for_search(self, ef_search: int) -> None:
+        """Planner settings for one hybrid search statement, local to this transaction.
+
+        Iterative HNSW scans keep a filtered vector arm from returning fewer rows than it
+        should; ``ef_search`` follows the arm's candidate pool. The statement is short:
+        parallel workers would be started (for the exact branch even when its one-time
+        filter cuts it) and JIT compiled for nothing. The connector's own
+        ``planner_settings`` come last, so they can override any of these.
+        """
+        self.conn.execute(
+            text(
+                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                "set_config('hnsw.ef_search', :ef, true), "
+                "set_config('max_parallel_workers_per_gather', '0', true), "
+                "set_config('jit', 'off', true)"
+            ),
+            {"ef": str(ef_search)},
+        )
+        for key, value in self.planner.items():
+            self.conn.execute(text("SELECT set_config(:k, :v, true)"), {"k": key, "v": value})
+
+
+class ReadSessions:
+    """Opens read transactions on one engine as one schema's reader role."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        reader_role: str,
+        connection: ConnectionSettings,
+        planner: Mapping[str, str] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._reader_role = reader_role
+        self._connection = connection
+        self._planner = validate_planner_settings(planner)
+
+    def time_limit(self, timeout_s: float | None) -> float:
+        """The limit of one read call: ``timeout_s`` when given (``INVALID_QUERY`` outside
+        0..86400 s, it is an argument of that call), else the connector's read limit."""
+        limit = self._connection.search_timeout_s if timeout_s is None else timeout_s
+        if not isinstance(limit, int | float) or not 0 <= limit <= 86_400:
+            raise InvalidQueryError(
+                "timeout_s must be between 0 and 86400 seconds", details={"field": "timeout_s"}
+            )
+        return float(limit)
+
+    @contextmanager
+    def read(
+        self,
+        scopes: frozenset[str],
+        action: str,
+        *,
+        cancel: Cancellation | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[ReadSession]:
+        """A read transaction as the reader role, RLS scoped to ``scopes``, bounded by the
+        read time limit and stoppable through ``cancel`` for as long as it is open."""
+        limit = self.time_limit(timeout_s)
+        if cancel is not None:
+            cancel.check(action)
+        try:
+            with translate_errors(action), self._engine.begin() as conn:
+                conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+                conn.execute(text(f'SET LOCAL ROLE "{self._reader_role}"'))
+                conn.execute(
+                    text(
+                        "SELECT set_config(:name, CAST(CAST(:scopes AS text[]) AS text), true), "
+                        "set_config('statement_timeout', :limit, true)"
+                    ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+                    {"name": SCOPES_SETTING, "scopes": sorted(scopes), "limit": str(ms(limit))},
+                )
+                raw = conn.connection.dbapi_connection
+                if cancel is not None:
+                    cancel.attach(raw, action)
+                try:
+                    yield ReadSession(conn, self._planner)
+                finally:
+                    if cancel is not None:
+                        cancel.detach(raw)
+        except OperationCancelledError as exc:
+            if cancel is not None and cancel.cancelled:
+                raise OperationCancelledError(
+                    f"{action}: cancelled by the caller", details={"reason": "cancelled"}
+                ) from exc
+            raise
+        if cancel is not None:
+            cancel.check(action)  # cancelled after the last statement: still no result

@@ -1,0 +1,344 @@
+"""The write side: upsert, delete or supersede, rescope, gap reports.
+
+Writes run as the owning role in short transactions that lock the documents they touch in
+``doc_id`` order (no deadlock between writers), and retry whole when PostgreSQL picks one as
+a deadlock or serialization victim. A visibility change (delete, supersede, rescope) commits
+with every denormalised copy, so no reader ever sees a stale permission; the physical work
+it implies (purging content, verifying copies) is queued as a job in the same transaction.
+
+Vectors are computed before the write transaction opens, so no row lock is held and no
+connection sits idle in a transaction while a model works; only a record that a concurrent
+writer changed in between is embedded inside the transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Engine, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
+
+from context_search.contract import (
+    ContextDocumentRecord,
+    GapReceipt,
+    GapReport,
+    IngestReport,
+    Lifecycle,
+    RecordOutcome,
+    gap_id_for,
+)
+from context_search.embedding import Embedder
+from context_search.errors import (
+    ContextSearchError,
+    EmbeddingFailedError,
+    InvalidQueryError,
+    NotFoundError,
+)
+from context_search.postgres.engine import translate_errors, write_attempts
+from context_search.postgres.ingest import (
+    LIFECYCLE_POSTINGS,
+    STATS_DELTA,
+    SYNC_COPIES,
+    IndexSettings,
+    PreparedRecord,
+    ProgressCallback,
+    prepare,
+    write_batch,
+)
+from context_search.validation import (
+    validate_doc_id,
+    validate_gap,
+    validate_records,
+    validate_scope,
+)
+
+__all__ = ["Writes"]
+
+
+class Writes:
+    """Writes to one index schema under its active configuration."""
+
+    def __init__(self, engine: Engine, embedder: Embedder, settings: IndexSettings) -> None:
+        self._engine = engine
+        self._embedder = embedder
+        self._settings = settings
+
+    def upsert(
+        self,
+        records: Sequence[ContextDocumentRecord],
+        *,
+        defer_indexing: bool = False,
+        batch_size: int = 256,
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Insert or replace records, one transaction per ``batch_size`` records, in input
+        order: all or nothing per batch, not per call.
+
+        Validation covers every record before the first write. A failure inside a batch
+        rolls that batch back completely; earlier batches stay committed, and the raised
+        error's ``details`` say how many: ``committed`` records in ``committed_batches``
+        transactions (the first ``committed`` records of the input). Running the same call
+        again is safe: committed records come back ``unchanged``. A returned report means
+        every batch committed (``IngestReport.committed_batches`` of them).
+        ``defer_indexing``: store now, chunk and embed in an index job (:meth:`reindex`,
+        ``context-search reindex``) — evidence reports such documents ``pending``.
+        """
+        valid = validate_records(records)
+        prepared = [prepare(r, i, self._settings) for i, r in enumerate(valid)]
+        outcomes: list[tuple[str, RecordOutcome]] = []
+        chunks = embeddings = batches = 0
+        for start in range(0, len(prepared), batch_size):
+            batch = prepared[start : start + batch_size]
+            try:
+                embedder = self._embedder if defer_indexing else self._embed_ahead(batch)
+                for attempt in write_attempts(self._engine, "upsert"):
+                    with attempt as conn:
+                        out, c, e = write_batch(
+                            conn, batch, embedder, self._settings, deferred=defer_indexing
+                        )
+            except ContextSearchError as exc:
+                exc.details.update(committed=start, committed_batches=batches)
+                raise
+            batches += 1
+            outcomes.extend(out)
+            chunks += c
+            embeddings += e
+            if progress is not None:
+                progress(start + len(batch), len(prepared))
+        return IngestReport(
+            outcomes=tuple(outcomes),
+            chunks_written=chunks,
+            embeddings_computed=embeddings,
+            committed_batches=batches,
+        )
+
+    def _embed_ahead(self, batch: Sequence[PreparedRecord]) -> Embedder:
+        """Embed the records that look changed before the write transaction opens, so the
+        model never runs while rows are locked or a transaction sits idle (the server ends
+        idle transactions after ``idle_in_transaction_timeout_s``). The transaction re-checks
+        under its locks; a record changed by a concurrent writer is embedded there."""
+        ids = [p.record.document_id for p in batch]
+        with translate_errors("upsert"), self._engine.connect() as conn:
+            seen = {
+                row.doc_id: row.record_hash
+                for row in conn.execute(
+                    text(
+                        "SELECT doc_id, record_hash FROM documents WHERE doc_id = ANY(:ids) "
+                        "AND indexed_content_id IS NOT DISTINCT FROM content_id "
+                        "AND indexed_config_revision = :revision"
+                    ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+                    {"ids": ids, "revision": self._settings.revision},
+                )
+            }
+        texts = [
+            t for p in batch if seen.get(p.record.document_id) != p.hash for t in p.index_texts
+        ]
+        return _Precomputed(self._embedder, texts)
+
+    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
+        """Visibility changes at once, in one transaction; deleted content is purged by a job."""
+        validate_doc_id(doc_id)
+        if superseded_by is not None:
+            validate_doc_id(superseded_by)
+            if superseded_by == doc_id:
+                raise InvalidQueryError(
+                    "a document cannot supersede itself", details={"field": "superseded_by"}
+                )
+        for attempt in write_attempts(self._engine, "delete_or_supersede"):
+            with attempt as conn:
+                # Both documents at once, in doc_id order like every writer (no deadlock
+                # between two supersedes pointing at each other's documents).
+                locked = {
+                    str(r.doc_id): str(r.lifecycle)
+                    for r in conn.execute(
+                        text(
+                            "SELECT doc_id, lifecycle FROM documents WHERE doc_id = ANY(:ids) "
+                            "ORDER BY doc_id FOR UPDATE"
+                        ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+                        {"ids": sorted({doc_id, superseded_by or doc_id})},
+                    )
+                }
+                state = locked.get(doc_id)
+                if state is None or state == Lifecycle.DELETED:
+                    return False
+                if superseded_by is not None:
+                    successor = locked.get(superseded_by)
+                    if successor is None or successor == Lifecycle.DELETED:
+                        raise NotFoundError(
+                            "successor document not found", details={"field": "superseded_by"}
+                        )
+                    new_state, kind = Lifecycle.SUPERSEDED.value, "supersede"
+                else:
+                    new_state, kind = Lifecycle.DELETED.value, "purge"
+                conn.execute(
+                    text(
+                        "UPDATE documents SET lifecycle = :state, superseded_by = :succ, "
+                        "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
+                    ),
+                    {"state": new_state, "succ": superseded_by, "id": doc_id},
+                )
+                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
+                conn.execute(
+                    text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
+                    {"state": new_state, "id": doc_id},
+                )
+                conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
+                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
+                _record_change(conn, kind, doc_id, self._settings.revision)
+                return True
+        raise AssertionError("write_attempts returns or raises")  # pragma: no cover
+
+    def rescope(self, doc_id: str, new_scope: str) -> bool:
+        """Move a live document to ``new_scope``: document, chunks, postings and statistics
+        change in one transaction, so from its commit no reader of the old scope sees it.
+
+        A ``rescope`` job records the change (``visible_at`` = the commit) and its worker
+        verifies every copy followed. The stored record hash is invalidated, so ingesting
+        the original record again restores the old scope instead of being skipped.
+        """
+        validate_doc_id(doc_id)
+        scope = validate_scope(new_scope)
+        for attempt in write_attempts(self._engine, "rescope"):
+            with attempt as conn:
+                old = conn.execute(
+                    text(
+                        "SELECT permission_scope FROM documents "
+                        "WHERE doc_id = :id AND lifecycle <> 'deleted' FOR UPDATE"
+                    ),
+                    {"id": doc_id},
+                ).scalar()
+                if old is None:
+                    return False
+                if old == scope:
+                    return True
+                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
+                conn.execute(
+                    text(
+                        "UPDATE documents SET permission_scope = :scope, "
+                        "record_hash = 'rescoped:' || record_hash, "
+                        "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
+                    ),
+                    {"scope": scope, "id": doc_id},
+                )
+                conn.execute(SYNC_COPIES, {"ids": [doc_id]})
+                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
+                # Unfinished jobs about the document now concern the new scope.
+                conn.execute(
+                    text(
+                        "UPDATE index_jobs SET scopes = ARRAY[:scope] "
+                        "WHERE doc_id = :id AND status IN ('pending', 'running', 'failed')"
+                    ),
+                    {"scope": scope, "id": doc_id},
+                )
+                _record_change(
+                    conn,
+                    "rescope",
+                    doc_id,
+                    self._settings.revision,
+                    scopes=[old, scope],
+                    payload={"from": old, "to": scope},
+                )
+                return True
+        raise AssertionError("write_attempts returns or raises")  # pragma: no cover
+
+    def report_gap(self, report: GapReport) -> GapReceipt:
+        """Record a gap; the same report again (same ``gap_id``) counts an occurrence."""
+        validate_gap(report)
+        gap_id = gap_id_for(report)
+        with translate_errors("report_gap"), self._engine.begin() as conn:
+            row = conn.execute(
+                text("""
+                    INSERT INTO gaps (gap_id, query, scopes, reason, requester, details)
+                    VALUES (:id, :query, :scopes, :reason, :requester, CAST(:details AS jsonb))
+                    ON CONFLICT (gap_id) DO UPDATE
+                    SET occurrences = gaps.occurrences + 1, last_seen = now()
+                    RETURNING occurrences, now() AS received_at
+                """).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+                {
+                    "id": gap_id,
+                    "query": report.query,
+                    "scopes": sorted(set(report.allowed_scopes)),
+                    "reason": report.reason,
+                    "requester": report.requester,
+                    "details": json.dumps(dict(report.details), default=str),
+                },
+            ).one()
+        return GapReceipt(
+            gap_id=gap_id,
+            status="recorded" if row.occurrences == 1 else "duplicate",
+            received_at=row.received_at,
+            occurrences=int(row.occurrences),
+        )
+
+
+class _Precomputed:
+    """An embedder that answers from vectors computed up front and asks the model only for
+    texts it has not seen."""
+
+    def __init__(self, inner: Embedder, texts: Sequence[str]) -> None:
+        self._inner = inner
+        unique = list(dict.fromkeys(texts))
+        self._known: dict[str, Any] = {}
+        if unique:
+            self._remember(unique, inner.embed_documents(unique))
+
+    def _remember(self, texts: list[str], vectors: Any) -> None:
+        if getattr(vectors, "shape", None) != (len(texts), self._inner.dimension):
+            raise EmbeddingFailedError(
+                f"embedder {self._inner.model_id} returned shape "
+                f"{getattr(vectors, 'shape', None)}, expected ({len(texts)}, "
+                f"{self._inner.dimension})",
+                details={"model_id": self._inner.model_id, "error": "shape"},
+            )
+        self._known.update(zip(texts, vectors, strict=True))
+
+    @property
+    def model_id(self) -> str:
+        return self._inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self._inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> Any:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._known))
+        if missing:
+            self._remember(missing, self._inner.embed_documents(missing))
+        if not texts:
+            return self._inner.embed_documents([])
+        return np.stack([self._known[t] for t in texts])
+
+    def embed_query(self, text: str) -> Any:
+        return self._inner.embed_query(text)
+
+
+def _record_change(
+    conn: Connection,
+    kind: str,
+    doc_id: str,
+    revision: int,
+    *,
+    scopes: Sequence[str] | None = None,
+    payload: Mapping[str, Any] | None = None,
+) -> None:
+    """Queue the job that finishes (or verifies) a visibility change made in this
+    transaction; the change itself is visible at commit, hence ``visible_at = now()``."""
+    conn.execute(
+        text(
+            "INSERT INTO index_jobs (kind, doc_id, config_revision, scopes, payload, visible_at) "
+            "SELECT :kind, d.doc_id, :rev, COALESCE(CAST(:scopes AS text[]), "
+            "ARRAY[d.permission_scope]), CAST(:payload AS jsonb), now() "
+            "FROM documents d WHERE d.doc_id = :id"
+        ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
+        {
+            "kind": kind,
+            "id": doc_id,
+            "rev": revision,
+            "scopes": list(scopes) if scopes is not None else None,
+            "payload": json.dumps(dict(payload or {})),
+        },
+    )
