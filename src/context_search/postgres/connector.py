@@ -8,7 +8,8 @@ statement of the call. The parts:
   transaction only, so row-level security enforces the same scope predicate every query
   also states; time limit, cancellation and per-search planner settings.
 - ``search``: a validated query and its vector to the rows of one hybrid search statement.
-- ``respond``: those rows to the response or the rank explanation.
+- ``rows``: those rows to candidates, hits and index state for the shared assembly
+  (``context_search.responses``).
 - ``writes``: upsert, delete or supersede, rescope, gap reports, as the owning role.
 - ``config``: the index configuration that is active for the schema.
 """
@@ -28,14 +29,20 @@ from context_search.contract import (
     GapReceipt,
     GapReport,
     IngestReport,
+    Lifecycle,
     RankExplanation,
     ReindexReport,
     SearchQuery,
     SearchResponse,
 )
-from context_search.embedding import Embedder, GuardedEmbedder, default_embedder
+from context_search.embedding import (
+    Embedder,
+    GuardedEmbedder,
+    default_embedder,
+    embedder_scripts,
+)
 from context_search.errors import InvalidConfigError, NotFoundError
-from context_search.fusion import FusionSettings
+from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.postgres.cancel import Cancellation
 from context_search.postgres.config import activate_config
 from context_search.postgres.engine import (
@@ -46,8 +53,7 @@ from context_search.postgres.engine import (
 )
 from context_search.postgres.ingest import IndexSettings, ProgressCallback
 from context_search.postgres.jobs import JobProgress, JobWorker
-from context_search.postgres.respond import rank_explanation, search_response
-from context_search.postgres.rows import context_document
+from context_search.postgres.rows import SearchRows, context_document, index_state
 from context_search.postgres.search import (
     SearchStatements,
     fetch_evidence_rows,
@@ -57,6 +63,7 @@ from context_search.postgres.server import resolve_server
 from context_search.postgres.session import ReadSessions, validate_planner_settings
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
 from context_search.postgres.writes import Writes
+from context_search.responses import assemble_explanation, assemble_response
 from context_search.validation import ValidQuery, validate_doc_id, validate_query, validate_scopes
 
 __all__ = ["PostgresSearchConnector"]
@@ -290,20 +297,22 @@ class PostgresSearchConnector:
             ).one_or_none()
         return None if row is None else context_document(row)
 
-    def _embed_query(
+    def _prepare(
         self,
         vq: ValidQuery,
         action: str,
         cancel: Cancellation | None = None,
         timeout_s: float | None = None,
-    ) -> Any:
-        """The query vector, computed before the read transaction opens: the model never
-        runs while a pooled connection and a snapshot are held. A bad time limit or a
-        cancelled token is refused first, so the model does not run for nothing."""
+    ) -> tuple[ArmPlan, Any]:
+        """The arm plan and the query vector (``None`` when the vector arm has no weight),
+        computed before the read transaction opens: the model never runs while a pooled
+        connection and a snapshot are held. A bad time limit or a cancelled token is
+        refused first, so the model does not run for nothing."""
         self._sessions.time_limit(timeout_s)
         if cancel is not None:
             cancel.check(action)
-        return self._embedder.embed_query(vq.text)
+        plan = plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
+        return plan, self._embedder.embed_query(vq.text) if plan.vector_used else None
 
     def search(
         self,
@@ -318,11 +327,23 @@ class PostgresSearchConnector:
         another thread. Either ends the call with ``CANCELLED``, never a partial result.
         """
         vq = validate_query(query)
-        qvec = self._embed_query(vq, "search", cancel, timeout_s)
+        plan, qvec = self._prepare(vq, "search", cancel, timeout_s)
         with self._sessions.read(vq.scopes, "search", cancel=cancel, timeout_s=timeout_s) as s:
-            rows = self._statements.fetch_candidates(s, vq, qvec)
+            rows = self._statements.fetch_candidates(s, vq, qvec, vector_weight=plan.vector_weight)
             extra = fetch_evidence_rows(s, vq)
-        return search_response(vq, rows, extra, self._fusion)
+        result = SearchRows(rows)
+        return assemble_response(
+            vq,
+            result.ranking,
+            method=self._fusion.method,
+            params=self._fusion.params(plan.vector_weight),
+            hit_for=result.hit,
+            readable={**result.index_states(), **{r.doc_id: index_state(r) for r in extra}},
+            active_config=result.active_config,
+            observed_at=result.observed_at,
+            propagation=result.propagation,
+            notes=plan.notes,
+        )
 
     def explain(
         self,
@@ -337,17 +358,32 @@ class PostgresSearchConnector:
         under one time limit and ``cancel``, like a search."""
         validate_doc_id(doc_id)
         vq = validate_query(query)
-        qvec = self._embed_query(vq, "explain", cancel, timeout_s)
+        plan, qvec = self._prepare(vq, "explain", cancel, timeout_s)
         with self._sessions.read(vq.scopes, "explain", cancel=cancel, timeout_s=timeout_s) as s:
             verdicts = fetch_verdicts(s, doc_id, vq)
             if verdicts is None:
                 raise NotFoundError("document not found")
-            rows = self._statements.fetch_candidates(s, vq, qvec, detail_limit=_EXPLAIN_DETAIL)
-        return rank_explanation(doc_id, vq, verdicts, rows, self._fusion)
+            rows = self._statements.fetch_candidates(
+                s, vq, qvec, detail_limit=_EXPLAIN_DETAIL, vector_weight=plan.vector_weight
+            )
+        return assemble_explanation(
+            doc_id,
+            vq,
+            SearchRows(rows).ranking,
+            lifecycle=Lifecycle(verdicts.lifecycle),
+            filter_verdicts=[
+                (c.field, bool(getattr(verdicts, f"v{i}"))) for i, c in enumerate(vq.filters)
+            ],
+            method=self._fusion.method,
+            params=self._fusion.params(plan.vector_weight),
+            notes=plan.notes,
+        )
 
     def search_plan(self, query: SearchQuery, *, analyze: bool = False) -> str:
         """PostgreSQL's plan for this search (operators checking index use), as text."""
         vq = validate_query(query)
-        qvec = self._embed_query(vq, "search_plan")
+        plan, qvec = self._prepare(vq, "search_plan")
         with self._sessions.read(vq.scopes, "search_plan") as s:
-            return self._statements.fetch_plan(s, vq, qvec, analyze=analyze)
+            return self._statements.fetch_plan(
+                s, vq, qvec, analyze=analyze, vector_weight=plan.vector_weight
+            )

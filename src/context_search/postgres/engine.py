@@ -16,6 +16,7 @@ so a stalled client cannot hold locks; searches set their own, shorter limit.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import weakref
@@ -28,6 +29,8 @@ import psycopg
 import sqlalchemy.exc
 from alembic import command
 from alembic.config import Config
+from psycopg.adapt import AdaptersMap
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
@@ -35,12 +38,13 @@ from sqlalchemy.pool import NullPool
 from context_search.errors import (
     BackendError,
     BackendUnavailableError,
-    OperationCancelledError,
     ContextSearchError,
     InvalidQueryError,
+    OperationCancelledError,
 )
 from context_search.postgres.server import redact, sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA, quote_schema, validate_schema
+from context_search.validation import MAX_SAFE_INT
 
 __all__ = [
     "ConnectionSettings",
@@ -50,6 +54,7 @@ __all__ = [
     "current_revision",
     "downgrade",
     "head_revision",
+    "load_json",
     "migrate",
     "ms",
     "translate_errors",
@@ -134,6 +139,35 @@ class _PoolReturningConnection(psycopg.Connection[Any]):
 
 _POOLS: weakref.WeakKeyDictionary[Engine, ConnectionPool[Any]] = weakref.WeakKeyDictionary()
 
+_SAFE_INT_DIGITS = len(str(MAX_SAFE_INT))
+
+
+def _json_int(digits: str) -> int | float:
+    """An integral JSON number read back from ``jsonb``.
+
+    ``jsonb`` stores numbers as ``numeric`` and prints them without an exponent, so the float
+    ``1e23`` comes back as ``100000000000000000000000``. Validation admits integers only up
+    to ``MAX_SAFE_INT`` in magnitude (2**53), so a larger integral number was stored as a
+    float and is read as one; anything within the limit stays an int (``3.0`` keeps its
+    ``.0`` in ``numeric`` and is parsed as a float anyway).
+    """
+    if len(digits.lstrip("-")) <= _SAFE_INT_DIGITS:
+        value = int(digits)
+        if abs(value) <= MAX_SAFE_INT:
+            return value
+    return float(digits)
+
+
+def load_json(document: str | bytes) -> Any:
+    """Parse ``json``/``jsonb`` from the store, with numbers typed as they were written."""
+    return json.loads(document, parse_int=_json_int)
+
+
+def _adapters() -> AdaptersMap:
+    adapters = AdaptersMap(psycopg.adapters)
+    set_json_loads(load_json, adapters)
+    return adapters
+
 
 def create_store_engine(
     dsn: str,
@@ -160,6 +194,9 @@ def create_store_engine(
             "options": options,
             "connect_timeout": cfg.connect_timeout_s,
             "application_name": cfg.application_name,
+            # The pool opens the connections, so the dialect's adapters never reach them:
+            # every json/jsonb value, read through SQLAlchemy or psycopg, goes through here.
+            "context": _adapters(),
             # Notice a peer that vanished without closing the socket (host down, network cut)
             # within about a minute instead of the kernel's two hours.
             "keepalives": 1,
@@ -178,7 +215,9 @@ def create_store_engine(
         name=f"context-search:{schema}",
         open=True,
     )
-    engine = create_engine(url, poolclass=NullPool, creator=pool.getconn, **kwargs)
+    engine = create_engine(
+        url, poolclass=NullPool, creator=pool.getconn, json_deserializer=load_json, **kwargs
+    )
     _POOLS[engine] = pool
     return engine
 

@@ -7,56 +7,22 @@ else. Nothing here touches the database.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
 
 from context_search.contract import (
     ContextDocument,
-    DocumentEvidence,
     EvidenceHit,
-    Freshness,
     Lifecycle,
-    RankLogEntry,
+    Propagation,
     ScoreParts,
 )
+from context_search.responses import Candidate, IndexState, Ranking, make_hit
 
-__all__ = [
-    "context_document",
-    "document_evidence",
-    "evidence_hit",
-    "freshness",
-    "optional_float",
-    "rank_entry",
-    "score_parts",
-]
-
-
-def freshness(row: Any, active_config: str) -> Freshness:
-    """Whether the index covers the document's current body under the active configuration,
-    and if not, whether a job is on its way (``pending``) or gave up (``failed``)."""
-    stale = row.indexed_content_id != row.content_id or row.indexed_config_id != active_config
-    if not stale:
-        return Freshness.FRESH
-    if row.job_status in ("pending", "running"):
-        return Freshness.PENDING
-    if row.job_status == "failed":
-        return Freshness.FAILED
-    if row.indexed_content_id != row.content_id:
-        return Freshness.STALE_CONTENT
-    return Freshness.STALE_CONFIG
-
-
-def document_evidence(row: Any, active_config: str) -> DocumentEvidence:
-    return DocumentEvidence(
-        doc_id=row.doc_id,
-        lifecycle=Lifecycle(row.lifecycle),
-        content_id=row.content_id,
-        source_revision=row.source_revision,
-        indexed_content_id=row.indexed_content_id,
-        indexed_config_revision=row.indexed_config_id,
-        freshness=freshness(row, active_config),
-    )
+__all__ = ["SearchRows", "context_document", "index_state", "optional_float"]
 
 
 def optional_float(value: Any) -> float | None:
@@ -64,48 +30,83 @@ def optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def rank_entry(row: Row[Any]) -> RankLogEntry:
-    return RankLogEntry(
+def index_state(row: Any) -> IndexState:
+    """A row naming a document's content and index columns (search hits, evidence rows)."""
+    return IndexState(
         doc_id=row.doc_id,
-        lexical_rank=row.lexical_rank,
-        lexical_score=optional_float(row.lexical_score),
-        vector_rank=row.vector_rank,
-        vector_similarity=optional_float(row.vector_similarity),
-        fused=float(row.fused),
-        final_rank=None,
-    )
-
-
-def score_parts(row: Row[Any]) -> ScoreParts:
-    return ScoreParts(
-        lexical_rank=row.lexical_rank,
-        lexical_score=optional_float(row.lexical_score),
-        vector_rank=row.vector_rank,
-        vector_similarity=optional_float(row.vector_similarity),
-        fused=float(row.fused),
-    )
-
-
-def evidence_hit(row: Row[Any]) -> EvidenceHit:
-    return EvidenceHit(
-        doc_id=row.doc_id,
-        source_system=row.source_system,
-        source_uri=row.source_uri,
-        object_type=row.object_type,
-        title=row.title,
-        snippet=row.snippet,
-        permission_scope=row.permission_scope,
         lifecycle=Lifecycle(row.lifecycle),
-        updated_at=row.updated_at,
-        score=float(row.fused),
-        score_parts=score_parts(row),
-        metadata=dict(row.metadata),
-        chunk_ordinal=row.chunk_ordinal,
-        start_byte=row.start_byte,
-        end_byte=row.end_byte,
-        # The version the cited chunk was cut from (older than the body while pending).
-        content_id=row.chunk_content_id,
+        content_id=row.content_id,
+        source_revision=row.source_revision,
+        indexed_content_id=row.indexed_content_id,
+        indexed_config_revision=row.indexed_config_id,
+        job_status=row.job_status,
     )
+
+
+def _candidate(row: Row[Any]) -> Candidate:
+    return Candidate(
+        doc_id=row.doc_id,
+        parts=ScoreParts(
+            lexical_rank=row.lexical_rank,
+            lexical_score=optional_float(row.lexical_score),
+            vector_rank=row.vector_rank,
+            vector_similarity=optional_float(row.vector_similarity),
+            fused=float(row.fused),
+        ),
+        terms=tuple(row.terms or ()),
+        chunk_ordinal=row.chunk_ordinal,
+    )
+
+
+class SearchRows:
+    """The rows of one hybrid search statement: the first carries the statement-wide
+    counters, every row with a ``doc_id`` is a fused candidate in order, and the first
+    ``detail_limit`` of those carry their document and chunk fields."""
+
+    def __init__(self, rows: Sequence[Row[Any]]) -> None:
+        self._first = rows[0]
+        self._rows = {r.doc_id: r for r in rows if r.doc_id is not None}
+        first = self._first
+        self.ranking = Ranking(
+            candidates=[_candidate(r) for r in self._rows.values()],
+            lexical_pool=int(first.lexical_pool),
+            vector_pool=int(first.vector_pool),
+            lexical_matches=int(first.lexical_matches),
+            lifecycle_filtered=int(first.lifecycle_filtered),
+            filter_filtered=int(first.filter_filtered),
+        )
+        self.active_config = str(first.active_config)
+        self.observed_at: datetime = first.observed_at
+        self.propagation = Propagation(
+            pending=int(first.jobs_pending),
+            running=int(first.jobs_running),
+            failed=int(first.jobs_failed),
+            oldest_pending_seconds=optional_float(first.oldest_pending_seconds),
+        )
+
+    def index_states(self) -> dict[str, IndexState]:
+        """Index state of the candidates that carry details (the possible hits)."""
+        return {d: index_state(r) for d, r in self._rows.items() if r.content_id is not None}
+
+    def hit(self, candidate: Candidate) -> EvidenceHit:
+        row = self._rows[candidate.doc_id]
+        return make_hit(
+            candidate,
+            source_system=row.source_system,
+            source_uri=row.source_uri,
+            object_type=row.object_type,
+            title=row.title,
+            snippet=row.snippet,
+            permission_scope=row.permission_scope,
+            lifecycle=Lifecycle(row.lifecycle),
+            updated_at=row.updated_at,
+            metadata=row.metadata,
+            chunk_ordinal=row.chunk_ordinal,
+            start_byte=row.start_byte,
+            end_byte=row.end_byte,
+            # The version the cited chunk was cut from (older than the body while pending).
+            content_id=row.chunk_content_id,
+        )
 
 
 def context_document(row: Row[Any]) -> ContextDocument:

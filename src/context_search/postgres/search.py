@@ -16,12 +16,8 @@ from sqlalchemy import Row, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
-from context_search.postgres.search_sql import (
-    EVIDENCE_SQL,
-    FusionSettings,
-    build_filter_sql,
-    hybrid_search_sql,
-)
+from context_search.fusion import FusionSettings
+from context_search.postgres.search_sql import EVIDENCE_SQL, build_filter_sql, hybrid_search_sql
 from context_search.postgres.session import ReadSession
 from context_search.text import parse_query
 from context_search.validation import ValidQuery
@@ -67,12 +63,14 @@ class SearchStatements:
         *,
         plan: str = "",
         detail_limit: int | None = None,
+        vector_weight: float = 1.0,
     ) -> list[Row[Any]]:
         """The fused candidate rows (or, with ``plan``, the plan's lines) of one search.
 
         The first row always exists and carries the statement-wide counters; candidate rows
         have a ``doc_id``. ``detail_limit`` widens how many candidates carry snippets and
-        terms (``explain`` needs them all; a search needs ``top_k``).
+        terms (``explain`` needs them all; a search needs ``top_k``). With
+        ``vector_weight`` 0 the vector arm is left out and ``qvec`` may be ``None``.
         """
         filter_sql, params = build_filter_sql(vq.filters)
         if vq.targets is not None:
@@ -94,7 +92,9 @@ class SearchStatements:
             # Only phrases and negations can reject a candidate found through a query term.
             "qcheck": bool(lexical["qphrases"] or lexical["qnegated"]),
             "ts_config": self.text_search_config,
-            "qvec": _vector_literal(qvec),
+            "qvec": None if qvec is None else _vector_literal(qvec),
+            "vector_weight": vector_weight,
+            "vector_used": vector_weight > 0,
             "pool": pool,
             "exact_threshold": self.exact_threshold,
             # Postings per term: the configured bound for queries of up to four terms, then
@@ -118,11 +118,21 @@ class SearchStatements:
         return list(session.conn.execute(sql, bind))
 
     def fetch_plan(
-        self, session: ReadSession, vq: ValidQuery, qvec: Any, *, analyze: bool = False
+        self,
+        session: ReadSession,
+        vq: ValidQuery,
+        qvec: Any,
+        *,
+        analyze: bool = False,
+        vector_weight: float = 1.0,
     ) -> str:
         """PostgreSQL's plan of this search as text; ``analyze`` runs it for real timings."""
         rows = self.fetch_candidates(
-            session, vq, qvec, plan=_EXPLAIN_ANALYZE if analyze else _EXPLAIN
+            session,
+            vq,
+            qvec,
+            plan=_EXPLAIN_ANALYZE if analyze else _EXPLAIN,
+            vector_weight=vector_weight,
         )
         return "\n".join(str(r[0]) for r in rows)
 

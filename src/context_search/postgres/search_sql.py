@@ -99,6 +99,8 @@ def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = 
     Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qpositive``,
     ``qphrases`` (websearch syntax of quoted phrases), ``qnegated`` (see ``text.query``),
     ``ts_config``, ``qvec`` (vector literal), ``pool``, ``chunk_pool``,
+    ``vector_weight`` (the vector arm's share of fusion, ``fusion.plan_arms``) and
+    ``vector_used`` (false: the arm reads nothing and ``qvec`` may be NULL),
     ``exact_threshold``, ``per_term``, ``per_term_floor``, ``lexical_budget`` (postings per
     term: ``per_term``, or ``lexical_budget / terms`` for many-term queries, at least
     ``per_term_floor``), ``lex_chunks`` (chunks scored exactly) and ``qcheck`` (whether the
@@ -107,12 +109,13 @@ def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = 
     if fusion.method == "rrf":
         fused = (
             "COALESCE(1.0 / (:rrf_k + l.lexical_rank), 0) + "
-            "COALESCE(1.0 / (:rrf_k + v.vector_rank), 0)"
+            "CAST(:vector_weight AS numeric) * COALESCE(1.0 / (:rrf_k + v.vector_rank), 0)"
         )
     else:
         fused = (
             ":lexical_weight * COALESCE(l.lexical_score / NULLIF(mx.top, 0), 0) + "
-            "(1 - :lexical_weight) * GREATEST(COALESCE(v.vector_similarity, 0), 0)"
+            "(1 - :lexical_weight) * CAST(:vector_weight AS double precision) "
+            "* GREATEST(COALESCE(v.vector_similarity, 0), 0)"
         )
     # Only fixed fragments are interpolated; every value is a bound parameter.
     # A bare chunks scan ordered by distance is what lets the planner use the HNSW index;
@@ -278,7 +281,7 @@ eligible_probe AS MATERIALIZED (
     -- Bounded count: at most :exact_threshold + 1 rows are touched, whatever the table size.
     SELECT count(*) <= :exact_threshold AS small FROM (
         SELECT 1 FROM chunks c
-        WHERE c.permission_scope = ANY(CAST(:scopes AS text[]))
+        WHERE :vector_used AND c.permission_scope = ANY(CAST(:scopes AS text[]))
           AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
         LIMIT :exact_threshold + 1
     ) probe
@@ -290,7 +293,7 @@ nearest AS MATERIALIZED (
     -- cut by its one-time filter.
     (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
      FROM chunks c
-     WHERE (SELECT small FROM eligible_probe)
+     WHERE :vector_used AND (SELECT small FROM eligible_probe)
        AND c.permission_scope = ANY(CAST(:scopes AS text[]))
        AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
      ORDER BY (c.embedding <=> CAST(:qvec AS vector)) + 0
@@ -298,7 +301,7 @@ nearest AS MATERIALIZED (
     UNION ALL
     (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
      FROM chunks c
-     WHERE NOT (SELECT small FROM eligible_probe)
+     WHERE :vector_used AND NOT (SELECT small FROM eligible_probe)
        AND c.permission_scope = ANY(CAST(:scopes AS text[]))
        AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
      ORDER BY c.embedding <=> CAST(:qvec AS vector)
