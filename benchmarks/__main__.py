@@ -10,6 +10,7 @@ in place); ``--tiny`` uses a generated dataset and a scratch output directory (s
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -75,8 +76,19 @@ def main(argv: list[str] | None = None) -> int:
             common.log(f"== {suite} on {data.name}")
             result = {**common.envelope(suite, argv), **module.run(dsn, data, embedder, **kwargs)}
             embedder.save()
-            path = common.write_result(suite, result, out_dir)
-            common.update_benchmarks_md(suite, module.markdown(result), md)
+            if suite == "quality":
+                name = module.result_name(result)
+                others = [
+                    json.loads(p.read_text())
+                    for p in sorted(out_dir.glob("quality-*.json"))
+                    if p.stem != name
+                ]
+                path = common.write_result(name, result, out_dir)
+                text = module.markdown(result, others)
+            else:
+                path = common.write_result(suite, result, out_dir)
+                text = module.markdown(result)
+            common.update_benchmarks_md(suite, text, md)
             common.log(f"wrote {path}")
     if args.suite == "all":
         from benchmarks import plots

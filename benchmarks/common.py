@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from context_search import ContextDocumentRecord, HashingEmbedder
-from context_search.embedding import Embedder, SentenceTransformerEmbedder
+from context_search.embedding import Embedder, SentenceTransformerEmbedder, embedder_scripts
 from context_search.postgres.server import resolve_server, temporary_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,6 +174,7 @@ class CachedEmbedder:
         self.inner = inner
         self.model_id = inner.model_id
         self.dimension = inner.dimension
+        self.scripts = embedder_scripts(inner)  # what the model reads, as the product sees it
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", inner.model_id)
         self._path = cache_dir / f"{safe}-{inner.dimension}.npz"
         self._lock = threading.Lock()

@@ -21,17 +21,25 @@ def run(out_dir: Path = RESULTS) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written = []
-    q = _load("quality", out_dir)
-    if q:
-        arms = list(q["metrics"])
-        fig, ax = plt.subplots(figsize=(8, 4))
-        vals = [q["metrics"][a]["ndcg@10"] for a in arms]
-        colors = ["tab:gray" if a.startswith(("ref_", "peer_")) else "tab:blue" for a in arms]
-        ax.barh(arms, vals, color=colors)
-        for i, v in enumerate(vals):
-            ax.text(v + 0.005, i, f"{v:.3f}", va="center")
-        ax.set_xlabel(f"nDCG@10 — {q['dataset']}")
-        ax.set_xlim(0, 1)
+    datasets = [
+        json.loads(path.read_text(encoding="utf-8"))
+        for path in sorted(out_dir.glob("quality-*.json"))
+    ]
+    if datasets:
+        arms = list(dict.fromkeys(a for q in datasets for a in q["metrics"]))
+        fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(arms) * len(datasets)))
+        height = 0.8 / len(datasets)
+        for j, q in enumerate(datasets):
+            ys = [i + j * height for i in range(len(arms))]
+            vals = [q["metrics"].get(a, {}).get("ndcg@10", 0.0) for a in arms]
+            ax.barh(ys, vals, height=height, label=q["dataset"])
+            for y, v in zip(ys, vals, strict=True):
+                ax.text(v + 0.005, y, f"{v:.3f}", va="center", fontsize=7)
+        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(arms))], arms)
+        ax.invert_yaxis()
+        ax.set_xlabel("nDCG@10")
+        ax.set_xlim(0, 1.1)
+        ax.legend(loc="lower right")
         fig.tight_layout()
         written.append(out_dir / "quality.png")
         fig.savefig(written[-1], dpi=110)

@@ -19,7 +19,8 @@ def test_every_suite_runs_on_a_tiny_dataset(
     monkeypatch.setattr("tempfile.mkdtemp", lambda prefix="": str(tmp_path))
     assert main(["all", "--tiny", "--no-peer", "--dsn", context_search_dsn]) == 0
     for suite in SUITES:
-        result = json.loads((tmp_path / f"{suite}.json").read_text(encoding="utf-8"))
+        name = "quality-tiny" if suite == "quality" else suite
+        result = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
         assert result["suite"] == suite and result["git_revision"]
     leakage = json.loads((tmp_path / "leakage.json").read_text(encoding="utf-8"))["counts"]
     assert leakage["hits"] > 0 and leakage["out_of_scope_hits"] == leakage["deleted_hits"] == 0
