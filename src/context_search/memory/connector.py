@@ -35,7 +35,7 @@ from context_search.contract import (
     index_config_revision,
 )
 from context_search.embedding import Embedder, HashingEmbedder, embedder_scripts
-from context_search.errors import InvalidQueryError, NotFoundError
+from context_search.errors import NotFoundError
 from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.memory.ranking import Stored, rank
 from context_search.responses import (
@@ -56,6 +56,7 @@ from context_search.validation import (
     validate_records,
     validate_scope,
     validate_scopes,
+    validate_supersede,
 )
 
 __all__ = ["InMemorySearchConnector"]
@@ -272,13 +273,7 @@ class InMemorySearchConnector:
             )
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
-        validate_doc_id(doc_id)
-        if superseded_by is not None:
-            validate_doc_id(superseded_by)
-            if superseded_by == doc_id:
-                raise InvalidQueryError(
-                    "a document cannot supersede itself", details={"field": "superseded_by"}
-                )
+        validate_supersede(doc_id, superseded_by)
         with self._lock:
             stored = self._docs.get(doc_id)
             if stored is None or stored.lifecycle is Lifecycle.DELETED:

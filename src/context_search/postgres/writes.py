@@ -35,7 +35,6 @@ from context_search.embedding import Embedder
 from context_search.errors import (
     ContextSearchError,
     EmbeddingFailedError,
-    InvalidQueryError,
     NotFoundError,
 )
 from context_search.postgres.engine import translate_errors, write_attempts
@@ -54,6 +53,7 @@ from context_search.validation import (
     validate_gap,
     validate_records,
     validate_scope,
+    validate_supersede,
 )
 
 __all__ = ["Writes"]
@@ -141,13 +141,7 @@ class Writes:
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
         """Visibility changes at once, in one transaction; deleted content is purged by a job."""
-        validate_doc_id(doc_id)
-        if superseded_by is not None:
-            validate_doc_id(superseded_by)
-            if superseded_by == doc_id:
-                raise InvalidQueryError(
-                    "a document cannot supersede itself", details={"field": "superseded_by"}
-                )
+        validate_supersede(doc_id, superseded_by)
         for attempt in write_attempts(self._engine, "delete_or_supersede"):
             with attempt as conn:
                 # Both documents at once, in doc_id order like every writer (no deadlock

@@ -28,6 +28,7 @@ from context_search.validation.query import (
     validate_query,
     validate_scope,
     validate_scopes,
+    validate_supersede,
     validate_targets,
 )
 from context_search.validation.records import validate_record, validate_records
@@ -54,5 +55,6 @@ __all__ = [
     "validate_records",
     "validate_scope",
     "validate_scopes",
+    "validate_supersede",
     "validate_targets",
 ]

@@ -31,6 +31,7 @@ __all__ = [
     "validate_query",
     "validate_scope",
     "validate_scopes",
+    "validate_supersede",
     "validate_targets",
 ]
 
@@ -82,6 +83,17 @@ def validate_doc_id(doc_id: object) -> str:
             "doc_id must be a string of at most 512 characters", details={"field": "doc_id"}
         )
     return check_text(doc_id, name="doc_id", allow_empty=False)
+
+
+def validate_supersede(doc_id: object, superseded_by: object) -> None:
+    """The arguments of ``delete_or_supersede``: two valid ids, and not the same one."""
+    validate_doc_id(doc_id)
+    if superseded_by is not None:
+        validate_doc_id(superseded_by)
+        if superseded_by == doc_id:
+            raise InvalidQueryError(
+                "a document cannot supersede itself", details={"field": "superseded_by"}
+            )
 
 
 def validate_query(query: object) -> ValidQuery:
