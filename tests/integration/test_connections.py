@@ -18,6 +18,7 @@ from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import (
     BackendUnavailableError,
     EmbeddingFailedError,
+    InvalidConfigError,
     InvalidQueryError,
     OperationCancelledError,
 )
@@ -215,7 +216,7 @@ def test_embedder_failure_in_search_is_typed(
     ],
 )
 def test_bad_connection_settings_are_refused(settings: dict[str, float]) -> None:
-    with pytest.raises(InvalidQueryError):
+    with pytest.raises(InvalidConfigError):
         ConnectionSettings(**settings)  # type: ignore[arg-type]
 
 

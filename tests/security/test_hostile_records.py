@@ -210,8 +210,8 @@ RecordCase = tuple[ContextDocumentRecord, str | None]
 
 
 def spans_checked(rec: ContextDocumentRecord) -> ContextDocumentRecord:
-    """The record with its body unmasked: spans of a masked body are not checked (see
-    ``test_known_bug_spans_of_a_masked_body_are_not_checked``)."""
+    """The record with its body unmasked, so the oracle's span checks apply (masked bodies'
+    spans have their own test, ``test_spans_of_a_masked_body_are_checked``)."""
     return dataclasses.replace(
         rec,
         field_mask=tuple(f for f in rec.field_mask if f != "body"),
@@ -388,12 +388,7 @@ def test_long_indexed_text_fields_are_refused(fresh_store: Store, fld: str) -> N
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: metadata keys are matched with ^...$ and re.match, so a key with a "
-    "trailing newline ('k\\n') passes as an identifier, in records and in filters",
-)
-def test_known_bug_metadata_key_with_trailing_newline(fresh_store: Store) -> None:
+def test_metadata_key_with_trailing_newline_is_refused(fresh_store: Store) -> None:
     rec = ContextDocumentRecord(
         document_id="newline-key", body="b", permission_scope="p", metadata={"k\n": 1}
     )
@@ -464,16 +459,10 @@ def test_write_operations_take_injection_strings_as_data(fresh_store: Store) -> 
     assert c.get_document(ids[2], [scope]) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: chunk spans are checked against the body only when the body is indexed, so "
-    "with 'body' in field_mask or pii_flags a span outside the body, reversed or splitting a "
-    "character is accepted (the same record unmasked is INVALID_RECORD)",
-)
 @pytest.mark.parametrize(
     "spans", [((0, 10**30),), ((3, 1),), ((1, 2),)], ids=["outside", "reversed", "splits-char"]
 )
-def test_known_bug_spans_of_a_masked_body_are_not_checked(
+def test_spans_of_a_masked_body_are_checked(
     fresh_store: Store, spans: tuple[tuple[int, int], ...]
 ) -> None:
     rec = ContextDocumentRecord(

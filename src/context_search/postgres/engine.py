@@ -39,7 +39,7 @@ from context_search.errors import (
     BackendError,
     BackendUnavailableError,
     ContextSearchError,
-    InvalidQueryError,
+    InvalidConfigError,
     OperationCancelledError,
 )
 from context_search.postgres.server import redact, sqlalchemy_url
@@ -95,7 +95,7 @@ class ConnectionSettings:
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_size <= self.max_size or self.max_size < 1:
-            raise InvalidQueryError(
+            raise InvalidConfigError(
                 "pool sizes need 0 <= min_size <= max_size and max_size >= 1",
                 details={"field": "connection"},
             )
@@ -110,7 +110,7 @@ class ConnectionSettings:
         ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 <= value <= 86_400:
-                raise InvalidQueryError(
+                raise InvalidConfigError(
                     f"{name} must be between 0 and 86400 seconds", details={"field": name}
                 )
 

@@ -73,6 +73,13 @@ def _check_filter_number(field: str, value: float) -> float:
     return float(value)
 
 
+def _shown(value: object) -> str:
+    """A caller's key or operator as an error may quote it: bounded, so a huge key does not
+    come back as a huge error."""
+    text = str(value)
+    return text if len(text) <= 64 else f"{text[:61]}..."
+
+
 def parse_filters(filters: object) -> tuple[FilterClause, ...]:
     if not isinstance(filters, Mapping):
         raise InvalidFilterError("filters must be a mapping", details={"field": "filters"})
@@ -82,15 +89,17 @@ def parse_filters(filters: object) -> tuple[FilterClause, ...]:
             raise InvalidFilterError("filter keys must be strings", details={"field": "filters"})
         raw = filters[key]
         if key.startswith("metadata."):
-            if not METADATA_KEY.match(key.removeprefix("metadata.")):
-                raise InvalidFilterError("malformed metadata filter key", details={"field": key})
+            if not METADATA_KEY.fullmatch(key.removeprefix("metadata.")):
+                raise InvalidFilterError(
+                    "malformed metadata filter key", details={"field": _shown(key)}
+                )
             kind = "meta"
         elif key in FILTER_FIELDS:
             kind = FILTER_FIELDS[key]
         else:
             raise InvalidFilterError(
-                f"unknown filter key {key!r}",
-                details={"field": key, "allowed": sorted(FILTER_FIELDS)},
+                f"unknown filter key {_shown(key)!r}",
+                details={"field": _shown(key), "allowed": sorted(FILTER_FIELDS)},
             )
         if isinstance(raw, Mapping):
             if not raw:
@@ -120,8 +129,8 @@ def parse_filters(filters: object) -> tuple[FilterClause, ...]:
                     clauses.append(FilterClause(key, op, value))
                 else:
                     raise InvalidFilterError(
-                        f"unknown filter operator {op!r} on {key}",
-                        details={"field": key, "operator": str(op)},
+                        f"unknown filter operator {_shown(op)!r} on {key}",
+                        details={"field": key, "operator": _shown(op)},
                     )
         else:
             if isinstance(raw, (list, tuple, set)):

@@ -32,7 +32,8 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_TARGETS = 1000
 
 #: A metadata key: an identifier, usable in a filter key (``metadata.<key>``) and a mask.
-METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+#: Use ``fullmatch``: ``$`` with ``match`` would also accept a trailing newline.
+METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}")
 
 #: Largest integer magnitude accepted anywhere a number is stored or compared: exact in a
 #: double, in JSON and in PostgreSQL ``double precision``.

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from context_search.contract import MASKABLE_FIELDS, ContextDocumentRecord, Lifecycle
 from context_search.errors import InvalidRecordError
+from context_search.text.chunking import validate_spans
 from context_search.validation.primitives import (
     MAX_BODY_BYTES,
     MAX_ID_CHARS,
@@ -90,7 +91,7 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
             text(f"{name}[]", item, allow_empty=False, max_bytes=1024)
     for name in (*record.field_mask, *record.pii_flags):
         if name not in MASKABLE_FIELDS and not (
-            name.startswith("metadata.") and METADATA_KEY.match(name[9:])
+            name.startswith("metadata.") and METADATA_KEY.fullmatch(name[9:])
         ):
             raise _record_error(index, doc_id, f"cannot mask unknown field {name!r}", "field_mask")
     if doc_id in record.supersedes:
@@ -106,7 +107,7 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
     if not isinstance(record.metadata, Mapping):
         raise _record_error(index, doc_id, "metadata must be a mapping", "metadata")
     for key, value in record.metadata.items():
-        if not isinstance(key, str) or not METADATA_KEY.match(key):
+        if not isinstance(key, str) or not METADATA_KEY.fullmatch(key):
             raise _record_error(index, doc_id, "metadata keys must be identifiers", "metadata")
         if isinstance(value, str):
             text(f"metadata.{key}", value)
@@ -127,6 +128,10 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
             raise _record_error(
                 index, doc_id, "chunks must be (start, end) integer pairs", "chunks"
             )
+    if record.chunks:
+        # Spans are checked against the body even when the body is masked (not indexed):
+        # a record is valid or not whatever its masks.
+        validate_spans(record.body, record.chunks, index=index)
     return record
 
 
