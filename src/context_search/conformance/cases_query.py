@@ -61,8 +61,7 @@ def vector_weight_is_explained(c: SearchConnector) -> None:
         )
         if weight == 0.0:
             check(
-                log.vector_candidates == 0
-                and all(e.vector_rank is None for e in log.entries),
+                log.vector_candidates == 0 and all(e.vector_rank is None for e in log.entries),
                 f"{text!r}: the vector arm has no weight but contributed candidates",
             )
         for hit in resp.hits[:2]:
