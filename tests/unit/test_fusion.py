@@ -31,6 +31,9 @@ LATIN = frozenset({"Latin"})
         ("Aurora 服务重启", 1 / 3),
         ("ＡＢＣ 123", 1.0),  # full-width Latin is Latin; digits belong to every script
         ("2026-12-03 !!", 1.0),
+        ("Neutrophils produce IL-1β via NF-κB and αvβ8", 1.0),  # Greek letters as notation
+        ("Привет, как дела", 0.0),  # Cyrillic words are words
+        ("한강", 0.0),
     ],
 )
 def test_coverage_counts_words_per_script(text: str, share: float) -> None:

@@ -10,8 +10,8 @@ Scripts are named as in Unicode (``Latin``, ``Han``, ``Hiragana``, ``Katakana``,
 name after NFKC normalisation (so full-width Latin counts as Latin). Only letters count:
 digits, punctuation and symbols belong to every script. Shares are measured in words, not
 letters, or ``Aurora 服务重启`` would look mostly Latin: a run of letters of a script written
-with spaces is one word, and in scripts written without them (Han, kana, Thai) every two
-characters count as one, about a word's worth of meaning.
+with spaces is one word, and in scripts written without them (Han, kana, Thai) and in
+Hangul's syllable blocks every two characters count as one, about a word's worth of meaning.
 """
 
 from __future__ import annotations
@@ -46,23 +46,42 @@ def _script(ch: str) -> str:
     return _NAME_PREFIX.get(first, first.title() or "Unknown")
 
 
-_UNSPACED = frozenset({"Han", "Hiragana", "Katakana", "Thai", "Lao", "Khmer", "Myanmar"})
+#: Scripts where a character, not a space-delimited run, carries a word's worth of meaning
+#: (two characters count as one word); Hangul syllable blocks behave the same way.
+_DENSE = frozenset({"Han", "Hiragana", "Katakana", "Hangul", "Thai", "Lao", "Khmer", "Myanmar"})
+
+
+def _runs(text: str) -> list[tuple[str, int]]:
+    """Maximal runs of letters of one script, as (script, letters)."""
+    runs: list[tuple[str, int]] = []
+    for ch in unicodedata.normalize("NFKC", text):
+        if not ch.isalpha():
+            runs.append(("", 0))
+            continue
+        script = _script(ch)
+        if runs and runs[-1][0] == script:
+            runs[-1] = (script, runs[-1][1] + 1)
+        else:
+            runs.append((script, 1))
+    return [r for r in runs if r[1]]
 
 
 def script_counts(text: str) -> dict[str, float]:
-    """How many words' worth of ``text`` is in each script (see the module docstring)."""
+    """How many words' worth of ``text`` is in each script (see the module docstring).
+
+    In alphabets written with spaces, a run of one or two letters of a script other than
+    Latin is notation, not a word (``IL-1β``, ``NF-κB``, ``αvβ8`` in English science), and
+    does not count.
+    """
     counts: dict[str, float] = {}
-    previous = ""
-    for ch in unicodedata.normalize("NFKC", text):
-        if not ch.isalpha():
-            previous = ""
+    for script, letters in _runs(text):
+        if script in _DENSE:
+            words = letters / 2
+        elif letters <= 2 and script != "Latin":
             continue
-        script = _script(ch)
-        if script in _UNSPACED:
-            counts[script] = counts.get(script, 0.0) + 0.5
-        elif script != previous:
-            counts[script] = counts.get(script, 0.0) + 1.0
-        previous = script
+        else:
+            words = 1.0
+        counts[script] = counts.get(script, 0.0) + words
     return counts
 
 
