@@ -4,6 +4,7 @@ part-way says how much it committed, and malformed connector settings are INVALI
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -159,7 +160,22 @@ def test_query_is_embedded_before_the_read_transaction_opens(
         assert store.search(QUERY).hits
         assert store.explain("d001", QUERY).matched
         assert store.search_plan(QUERY)
-    assert embedder.open_transactions == [0, 0, 0]
+        # Each call a new query text: a repeated one takes its vector from the cache.
+        assert store.search(dataclasses.replace(QUERY, query=QUERY.query + " again")).hits
+    assert embedder.open_transactions == [0, 0]
+
+
+def test_a_repeated_query_is_embedded_once(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    embedder = _ChecksOpenTransactions(context_search_dsn)
+    with _open(context_search_dsn, context_search_schema, embedder) as store:
+        store.upsert(_records(5))
+        first = store.search(QUERY)
+        again = store.search(QUERY)
+        assert (again.hits, again.rank_log) == (first.hits, first.rank_log)
+        store.explain("d001", QUERY)
+    assert len(embedder.open_transactions) == 1
 
 
 class _FailsOnCall(HashingEmbedder):

@@ -117,9 +117,14 @@ def open_store(
     embedder: str,
     *,
     reconfigure: bool = False,
+    stage_timings: bool = False,
 ) -> Iterator[PostgresSearchConnector]:
     with PostgresSearchConnector.open(
-        dsn, embedder=make_embedder(embedder), schema=schema, reconfigure=reconfigure
+        dsn,
+        embedder=make_embedder(embedder),
+        schema=schema,
+        reconfigure=reconfigure,
+        stage_timings=stage_timings,
     ) as store:
         yield store
 

@@ -27,8 +27,11 @@ from context_search.errors import NotFoundError
 __all__ = ["explain", "get", "print_response", "search"]
 
 
-def print_response(resp: SearchResponse, query: str, console: Console | None = None) -> None:
-    """Hits with score parts and byte spans, then the evidence block."""
+def print_response(
+    resp: SearchResponse, query: str, console: Console | None = None, *, timings: bool = False
+) -> None:
+    """Hits with score parts and byte spans, then the evidence block (and, with ``timings``,
+    where the search's time went)."""
     console = console or Console()
     table = Table(title=f"{len(resp.hits)} hits for {query!r}")
     for col in ("#", "doc_id", "title", "fused", "lex", "vec", "bytes", "snippet"):
@@ -55,6 +58,15 @@ def print_response(resp: SearchResponse, query: str, console: Console | None = N
         + f"; jobs pending {prop.pending}, failed {prop.failed}",
         highlight=False,
     )
+    t = resp.stats.timings
+    if timings and t is not None:
+        console.print(
+            f"timings (ms): embed {t.embed_ms:.1f}{' (cached)' if t.embed_cached else ''}, "
+            f"connect {t.connect_ms:.1f}, statement {t.statement_ms:.1f}, "
+            f"evidence {t.evidence_ms:.1f}, commit {t.commit_ms:.1f}, "
+            f"assembly {t.assembly_ms:.1f}, total {t.total_ms:.1f}",
+            highlight=False,
+        )
 
 
 def search(
@@ -74,8 +86,12 @@ def search(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Search as a caller holding the given scopes; prints hits, score parts and evidence."""
-    with cli_errors(as_json=as_json, verbose=verbose), open_store(dsn, schema, embedder) as store:
+    """Search as a caller holding the given scopes; prints hits, score parts and evidence
+    (with ``--verbose``, also where the search's time went)."""
+    with (
+        cli_errors(as_json=as_json, verbose=verbose),
+        open_store(dsn, schema, embedder, stage_timings=verbose) as store,
+    ):
         resp = store.search(
             SearchQuery(
                 query=query,
@@ -96,7 +112,7 @@ def search(
             }
         )
         return
-    print_response(resp, query)
+    print_response(resp, query, timings=verbose)
 
 
 def explain(

@@ -42,6 +42,7 @@ from context_search.contract.search import (
     SearchQuery,
     SearchResponse,
     SearchStats,
+    StageTimings,
     fusion_arithmetic,
 )
 
@@ -69,6 +70,7 @@ __all__ = [
     "SearchQuery",
     "SearchResponse",
     "SearchStats",
+    "StageTimings",
     "content_id_for",
     "fusion_arithmetic",
     "gap_id_for",

@@ -20,6 +20,7 @@ __all__ = [
     "SearchQuery",
     "SearchResponse",
     "SearchStats",
+    "StageTimings",
     "fusion_arithmetic",
 ]
 
@@ -146,6 +147,34 @@ class SearchStats:
     min_score_filtered: int
     candidates: int
     returned: int
+    #: Where the call's time went, when the backend measures it (``None`` otherwise). Not
+    #: part of equality: two answers to the same question compare equal however long
+    #: each took.
+    timings: StageTimings | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTimings:
+    """Wall-clock milliseconds of one search's stages, as the connector measured them.
+
+    ``embed_ms``: the query embedding (near 0 when the vector was cached or the vector arm
+    was left out; ``embed_cached`` says which). ``connect_ms``: taking a pooled connection
+    and opening the read transaction with its scopes and planner settings. ``statement_ms``:
+    the hybrid search statement, planning (0 for a reused plan) and execution on the
+    server, plus its rows' transfer. ``evidence_ms``: evidence of targets and pinned
+    documents (0 without any). ``commit_ms``: ending the transaction and returning the
+    connection. ``assembly_ms``: rows to hits, rank log and evidence. ``total_ms``: the
+    whole call, validation included.
+    """
+
+    embed_ms: float
+    embed_cached: bool
+    connect_ms: float
+    statement_ms: float
+    evidence_ms: float
+    commit_ms: float
+    assembly_ms: float
+    total_ms: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,10 @@ statement of the call. The parts:
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -34,6 +38,7 @@ from context_search.contract import (
     ReindexReport,
     SearchQuery,
     SearchResponse,
+    StageTimings,
 )
 from context_search.embedding import (
     Embedder,
@@ -68,8 +73,45 @@ from context_search.validation import ValidQuery, validate_doc_id, validate_quer
 
 __all__ = ["PostgresSearchConnector"]
 
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
 # Everything a search ranks, with snippets and terms: explain needs the whole candidate list.
 _EXPLAIN_DETAIL = 1_000_000
+
+
+class QueryVectors:
+    """The vectors of the most recently embedded query texts (least recently used goes).
+
+    Embedding one query costs tens of milliseconds on a CPU, several times the SQL of a
+    search; agents and services repeat queries (retries, pagination, the same question from
+    several users), and a query's vector depends only on its text and the model, which is
+    fixed for a connector. ``size`` 0 turns the cache off.
+    """
+
+    def __init__(self, embedder: Embedder, size: int = 1024) -> None:
+        self._embedder = embedder
+        self._size = size
+        self._vectors: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> tuple[Any, bool]:
+        """``text``'s vector, and whether it came from the cache."""
+        with self._lock:
+            vector = self._vectors.get(text)
+            if vector is not None:
+                self._vectors.move_to_end(text)
+                return vector, True
+        vector = self._embedder.embed_query(text)
+        if self._size > 0:
+            with self._lock:
+                self._vectors[text] = vector
+                self._vectors.move_to_end(text)
+                while len(self._vectors) > self._size:
+                    self._vectors.popitem(last=False)
+        return vector, False
 
 
 class PostgresSearchConnector:
@@ -92,6 +134,8 @@ class PostgresSearchConnector:
         exact_threshold: int = 2000,
         per_term: int = 1000,
         connection: ConnectionSettings | None = None,
+        query_cache_size: int = 1024,
+        stage_timings: bool = False,
     ) -> None:
         self._engine = engine
         self._schema = schema
@@ -114,6 +158,8 @@ class PostgresSearchConnector:
             per_term=per_term,
         )
         self._writes = Writes(engine, self._embedder, settings)
+        self._query_vectors = QueryVectors(self._embedder, query_cache_size)
+        self._stage_timings = stage_timings
 
     @classmethod
     def open(
@@ -135,6 +181,8 @@ class PostgresSearchConnector:
         lexical_per_term: int = 1000,
         reconfigure: bool = False,
         connection: ConnectionSettings | None = None,
+        query_cache_size: int = 1024,
+        stage_timings: bool = False,
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
@@ -156,6 +204,12 @@ class PostgresSearchConnector:
         ``connection`` sizes the connection pool and sets the time limits (defaults: see
         :class:`ConnectionSettings`; reads are limited to 30 s, a waiting call gives up after
         10 s without a connection).
+
+        ``query_cache_size``: how many recent query texts keep their vectors, so a repeated
+        query is not embedded again (0: none). ``stage_timings``: every search response
+        carries where its time went (``SearchStats.timings``: embedding, connection,
+        statement, evidence, commit, assembly) for the service's logs; off by default, so
+        two answers to the same question are identical data.
 
         Malformed ``pool_size`` or ``planner_settings`` raise ``INVALID_CONFIG`` before any
         connection is made.
@@ -192,6 +246,8 @@ class PostgresSearchConnector:
             exact_threshold=exact_threshold,
             per_term=lexical_per_term,
             connection=connection,
+            query_cache_size=query_cache_size,
+            stage_timings=stage_timings,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -303,16 +359,19 @@ class PostgresSearchConnector:
         action: str,
         cancel: Cancellation | None = None,
         timeout_s: float | None = None,
-    ) -> tuple[ArmPlan, Any]:
-        """The arm plan and the query vector (``None`` when the vector arm has no weight),
-        computed before the read transaction opens: the model never runs while a pooled
-        connection and a snapshot are held. A bad time limit or a cancelled token is
-        refused first, so the model does not run for nothing."""
+    ) -> tuple[ArmPlan, Any, bool]:
+        """The arm plan, the query vector (``None`` when the vector arm has no weight) and
+        whether the vector was cached, computed before the read transaction opens: the model
+        never runs while a pooled connection and a snapshot are held. A bad time limit or a
+        cancelled token is refused first, so the model does not run for nothing."""
         self._sessions.time_limit(timeout_s)
         if cancel is not None:
             cancel.check(action)
         plan = plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
-        return plan, self._embedder.embed_query(vq.text) if plan.vector_used else None
+        if not plan.vector_used:
+            return plan, None, False
+        qvec, cached = self._query_vectors.get(vq.text)
+        return plan, qvec, cached
 
     def search(
         self,
@@ -326,13 +385,26 @@ class PostgresSearchConnector:
         ``timeout_s`` overrides the read time limit for this call; ``cancel`` stops it from
         another thread. Either ends the call with ``CANCELLED``, never a partial result.
         """
+        started = time.perf_counter()
         vq = validate_query(query)
-        plan, qvec = self._prepare(vq, "search", cancel, timeout_s)
-        with self._sessions.read(vq.scopes, "search", cancel=cancel, timeout_s=timeout_s) as s:
+        t_embed = time.perf_counter()
+        plan, qvec, cached = self._prepare(vq, "search", cancel, timeout_s)
+        t_connect = time.perf_counter()
+        with self._sessions.read(
+            vq.scopes,
+            "search",
+            cancel=cancel,
+            timeout_s=timeout_s,
+            tuning=self._statements.tuning(vq),
+        ) as s:
+            t_statement = time.perf_counter()
             rows = self._statements.fetch_candidates(s, vq, qvec, vector_weight=plan.vector_weight)
+            t_evidence = time.perf_counter()
             extra = fetch_evidence_rows(s, vq)
+            t_commit = time.perf_counter()
+        t_assembly = time.perf_counter()
         result = SearchRows(rows)
-        return assemble_response(
+        response = assemble_response(
             vq,
             result.ranking,
             method=self._fusion.method,
@@ -343,6 +415,22 @@ class PostgresSearchConnector:
             observed_at=result.observed_at,
             propagation=result.propagation,
             notes=plan.notes,
+        )
+        if not self._stage_timings:
+            return response
+        done = time.perf_counter()
+        timings = StageTimings(
+            embed_ms=_ms(t_connect - t_embed),
+            embed_cached=cached,
+            connect_ms=_ms(t_statement - t_connect),
+            statement_ms=_ms(t_evidence - t_statement),
+            evidence_ms=_ms(t_commit - t_evidence),
+            commit_ms=_ms(t_assembly - t_commit),
+            assembly_ms=_ms(done - t_assembly),
+            total_ms=_ms(done - started),
+        )
+        return dataclasses.replace(
+            response, stats=dataclasses.replace(response.stats, timings=timings)
         )
 
     def explain(
@@ -358,8 +446,14 @@ class PostgresSearchConnector:
         under one time limit and ``cancel``, like a search."""
         validate_doc_id(doc_id)
         vq = validate_query(query)
-        plan, qvec = self._prepare(vq, "explain", cancel, timeout_s)
-        with self._sessions.read(vq.scopes, "explain", cancel=cancel, timeout_s=timeout_s) as s:
+        plan, qvec, _ = self._prepare(vq, "explain", cancel, timeout_s)
+        with self._sessions.read(
+            vq.scopes,
+            "explain",
+            cancel=cancel,
+            timeout_s=timeout_s,
+            tuning=self._statements.tuning(vq),
+        ) as s:
             verdicts = fetch_verdicts(s, doc_id, vq)
             if verdicts is None:
                 raise NotFoundError("document not found")
@@ -382,8 +476,8 @@ class PostgresSearchConnector:
     def search_plan(self, query: SearchQuery, *, analyze: bool = False) -> str:
         """PostgreSQL's plan for this search (operators checking index use), as text."""
         vq = validate_query(query)
-        plan, qvec = self._prepare(vq, "search_plan")
-        with self._sessions.read(vq.scopes, "search_plan") as s:
+        plan, qvec, _ = self._prepare(vq, "search_plan")
+        with self._sessions.read(vq.scopes, "search_plan", tuning=self._statements.tuning(vq)) as s:
             return self._statements.fetch_plan(
                 s, vq, qvec, analyze=analyze, vector_weight=plan.vector_weight
             )

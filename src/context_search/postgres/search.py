@@ -12,20 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.types import Text
+from sqlalchemy import Row
 
 from context_search.fusion import FusionSettings
-from context_search.postgres.search_sql import EVIDENCE_SQL, build_filter_sql, hybrid_search_sql
-from context_search.postgres.session import ReadSession
+from context_search.postgres.search_sql import (
+    EVIDENCE_SQL,
+    Explain,
+    SearchLimits,
+    build_filter_sql,
+    hybrid_search_sql,
+    verdicts_sql,
+)
+from context_search.postgres.session import SEARCH_TUNING, ReadSession
 from context_search.text import parse_query
 from context_search.validation import ValidQuery
 
 __all__ = ["SearchStatements", "fetch_evidence_rows", "fetch_verdicts"]
-
-_EXPLAIN = "EXPLAIN "
-_EXPLAIN_ANALYZE = "EXPLAIN (ANALYZE, BUFFERS) "
 
 
 def _vector_literal(values: Any) -> str:
@@ -55,13 +57,50 @@ class SearchStatements:
     exact_threshold: int = 2000
     per_term: int = 1000
 
+    def chunk_pool(self) -> int:
+        """Chunks the vector arm reads: twice the pool is enough to fill the pool with
+        documents (best chunk per document)."""
+        return min(1000, self.fusion.pool_size * 2)
+
+    def limits(self) -> SearchLimits:
+        """The bounds written into this connector's search statements."""
+        pool = self.fusion.pool_size
+        return SearchLimits(
+            pool=pool,
+            chunk_pool=self.chunk_pool(),
+            # Chunks scored exactly (best chunk per document fills the lexical pool).
+            lex_chunks=min(1000, pool * 3),
+            exact_threshold=self.exact_threshold,
+            # Postings per term: the configured bound for queries of up to four terms, then
+            # an overall budget of four bounds shared by the terms (never below 100).
+            per_term=self.per_term,
+            per_term_floor=min(self.per_term, 100),
+            lexical_budget=4 * self.per_term,
+        )
+
+    def tuning(self, vq: ValidQuery) -> dict[str, str]:
+        """Planner settings of one search transaction: ``ef_search`` follows the vector
+        arm's candidate pool.
+
+        Without document filters the statement's text is the same for every search of this
+        connector, and psycopg prepares it on each pooled connection after a few runs. Its
+        generic plan is the custom one (the shape is fixed by the statement: postings by
+        index in impact order, chunks by key, HNSW or exact by a one-time filter), so the
+        server is told to reuse it instead of planning every search again. With filters the
+        planner sees the filter's values, so each search is planned for them.
+        """
+        tuning = {**SEARCH_TUNING, "hnsw.ef_search": str(max(40, self.chunk_pool()))}
+        if not vq.filters and vq.targets is None:
+            tuning["plan_cache_mode"] = "force_generic_plan"
+        return tuning
+
     def fetch_candidates(
         self,
         session: ReadSession,
         vq: ValidQuery,
         qvec: Any,
         *,
-        plan: str = "",
+        plan: Explain = "",
         detail_limit: int | None = None,
         vector_weight: float = 1.0,
     ) -> list[Row[Any]]:
@@ -72,20 +111,12 @@ class SearchStatements:
         terms (``explain`` needs them all; a search needs ``top_k``). With
         ``vector_weight`` 0 the vector arm is left out and ``qvec`` may be ``None``.
         """
-        filter_sql, params = build_filter_sql(vq.filters)
-        if vq.targets is not None:
-            filter_sql += " AND d.doc_id = ANY(CAST(:targets AS text[]))"
-            params["targets"] = list(vq.targets)
+        document_filter = build_filter_sql(vq.filters, targets=vq.targets)
         lifecycles = ["active", "superseded"] if vq.include_superseded else ["active"]
-        fusion = self.fusion
-        pool = fusion.pool_size
-        # Vector arm: twice the pool in chunks is enough to fill the pool with documents
-        # (best chunk per document), and ef_search follows it.
-        chunk_pool = min(1000, pool * 2)
         lexical = _lexical_params(vq.text)
-        sql = hybrid_search_sql(filter_sql, fusion, prefix=plan)
+        sql = hybrid_search_sql(document_filter, self.fusion, self.limits(), explain=plan)
         bind = {
-            **params,
+            **(document_filter.params if document_filter is not None else {}),
             "scopes": sorted(vq.scopes),
             "lifecycles": lifecycles,
             **lexical,
@@ -95,26 +126,9 @@ class SearchStatements:
             "qvec": None if qvec is None else _vector_literal(qvec),
             "vector_weight": vector_weight,
             "vector_used": vector_weight > 0,
-            "pool": pool,
-            "exact_threshold": self.exact_threshold,
-            # Postings per term: the configured bound for queries of up to four terms, then
-            # an overall budget of four bounds shared by the terms (never below 100).
-            "per_term": self.per_term,
-            "per_term_floor": min(self.per_term, 100),
-            "lexical_budget": 4 * self.per_term,
-            # Chunks scored exactly (best chunk per document fills the lexical pool).
-            "lex_chunks": min(1000, pool * 3),
-            "chunk_pool": chunk_pool,
             "min_sim": vq.min_similarity,
             "detail_limit": detail_limit if detail_limit is not None else vq.top_k,
         }
-        if fusion.method == "rrf":
-            bind["rrf_k"] = fusion.rrf_k
-        else:
-            bind["lexical_weight"] = fusion.lexical_weight
-        session.tune_for_search(ef_search=max(40, chunk_pool))
-        if vq.targets is not None:
-            sql = sql.bindparams(bindparam("targets", type_=ARRAY(Text)))
         return list(session.conn.execute(sql, bind))
 
     def fetch_plan(
@@ -131,7 +145,7 @@ class SearchStatements:
             session,
             vq,
             qvec,
-            plan=_EXPLAIN_ANALYZE if analyze else _EXPLAIN,
+            plan="analyze" if analyze else "plan",
             vector_weight=vector_weight,
         )
         return "\n".join(str(r[0]) for r in rows)
@@ -149,18 +163,7 @@ def fetch_evidence_rows(session: ReadSession, vq: ValidQuery) -> list[Row[Any]]:
 def fetch_verdicts(session: ReadSession, doc_id: str, vq: ValidQuery) -> Row[Any] | None:
     """``doc_id``'s lifecycle, whether it passes all filters (``passed``) and each filter
     clause on its own (``v0``, ``v1``, ...); ``None`` when the caller cannot read it."""
-    filter_sql, params = build_filter_sql(vq.filters)
-    verdicts = ""
-    for i, clause in enumerate(vq.filters):
-        clause_sql, clause_params = build_filter_sql((clause,), prefix=f"v{i}_")
-        verdicts += f", ({clause_sql}) AS v{i}"
-        params.update(clause_params)
+    statement, params = verdicts_sql(vq.filters)
     return session.conn.execute(
-        text(
-            f"SELECT d.lifecycle, ({filter_sql}) AS passed{verdicts} "  # noqa: S608
-            "FROM documents d "
-            "WHERE d.doc_id = :doc_id AND d.lifecycle <> 'deleted' "
-            "AND d.permission_scope = ANY(:scopes)"
-        ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
-        {**params, "doc_id": doc_id, "scopes": sorted(vq.scopes)},
+        statement, {**params, "doc_id": doc_id, "scopes": sorted(vq.scopes)}
     ).one_or_none()

@@ -3,21 +3,32 @@
 BM25 inside PostgreSQL, in two stages: the highest-impact postings of each query term are
 scored from the postings alone (idf x impact); in that order, candidate chunks are fetched by
 key, checked against the full tsquery (phrases, negation) when the query has any, and the
-first ``lex_chunks`` that pass get their exact BM25 over every query term. Document
+first ``lex_chunks`` that pass get their exact BM25 over every query term, from the term
+frequencies in the chunk's own tsvector (read with the chunk, no further lookups). Document
 frequencies come from per-scope counters (``term_stats``) and chunk counts and lengths from
 ``scope_stats``, over the chunks the caller may see (scope and not deleted), so scores never
 depend on invisible rows. The vector arm orders by cosine
 distance with pgvector's iterative HNSW scan, so filters cannot silently shrink the
-candidate pool, or computes exact distances when few rows pass. Both arms group chunks
+candidate pool, or computes exact distances when few rows pass (counted by ``scope_stats``
+when no document filter applies). Both arms group chunks
 to documents (best chunk wins) before ranks are assigned, then RRF or convex fusion runs
-server-side. Filters become bound parameters; no value is ever formatted into SQL.
+server-side.
+
+The statement is hand-written SQL assembled from named parts with ``psycopg.sql``: each
+common table expression is a fixed template, the parts that vary (the document filter,
+the fusion formula, the statistics of filtered candidates) are chosen by the query's shape,
+never by its values. Every value is a bound parameter, so one shape is one statement text
+and its plan can be reused.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
 
+from psycopg import sql
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
@@ -25,7 +36,15 @@ from sqlalchemy.types import Text
 from context_search.fusion import FusionSettings
 from context_search.validation import FILTER_FIELDS, FilterClause
 
-__all__ = ["EVIDENCE_SQL", "FusionSettings", "build_filter_sql", "hybrid_search_sql"]
+__all__ = [
+    "EVIDENCE_SQL",
+    "DocumentFilter",
+    "FusionSettings",
+    "SearchLimits",
+    "build_filter_sql",
+    "hybrid_search_sql",
+    "verdicts_sql",
+]
 
 #: Evidence of explicit targets and pinned documents, in the search's transaction.
 EVIDENCE_SQL = text(
@@ -45,12 +64,31 @@ EVIDENCE_SQL = text(
 BM25_K1 = 1.2
 BM25_B = 0.75
 
+Explain = Literal["", "plan", "analyze"]
+_EXPLAIN = {"": "", "plan": "EXPLAIN ", "analyze": "EXPLAIN (ANALYZE, BUFFERS) "}
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentFilter:
+    """A predicate over ``documents d`` (``AND`` of its clauses) and its bound parameters."""
+
+    predicates: tuple[str, ...]
+    params: dict[str, Any]
+
+    @property
+    def sql(self) -> sql.Composable:
+        return sql.SQL(" AND ").join(sql.SQL(p) for p in self.predicates)
+
 
 def build_filter_sql(
-    clauses: tuple[FilterClause, ...], *, prefix: str = "f"
-) -> tuple[str, dict[str, Any]]:
-    """SQL over ``documents d`` for the parsed filter clauses, with bound parameters."""
-    parts: list[str] = ["TRUE"]
+    clauses: tuple[FilterClause, ...],
+    *,
+    prefix: str = "f",
+    targets: tuple[str, ...] | None = None,
+) -> DocumentFilter | None:
+    """The parsed filter clauses (and explicit ``targets``) as a document predicate with
+    bound parameters; ``None`` when nothing filters."""
+    parts: list[str] = []
     params: dict[str, Any] = {}
     for i, c in enumerate(clauses):
         p = f"{prefix}{i}"
@@ -90,90 +128,47 @@ def build_filter_sql(
             op = {"gte": ">=", "gt": ">", "lte": "<=", "lt": "<"}[c.op]
             parts.append(f"{column} {op} :{p}")
         parts.append(unmasked)
-    return " AND ".join(parts), params
+    if targets is not None:
+        parts.append("d.doc_id = ANY(CAST(:targets AS text[]))")
+        params["targets"] = list(targets)
+    return DocumentFilter(tuple(parts), params) if parts else None
 
 
-def hybrid_search_sql(filter_sql: str, fusion: FusionSettings, *, prefix: str = "") -> TextClause:
-    """One statement returning every fused candidate with its components and hit fields.
+def verdicts_sql(clauses: tuple[FilterClause, ...]) -> tuple[TextClause, dict[str, Any]]:
+    """One readable document's lifecycle and each filter clause's verdict (``v0``, ...)."""
+    params: dict[str, Any] = {}
+    verdicts: list[sql.Composable] = [sql.SQL("d.lifecycle")]
+    for i, clause in enumerate(clauses):
+        one = build_filter_sql((clause,), prefix=f"v{i}_")
+        assert one is not None  # one clause is one predicate at least
+        verdicts.append(sql.SQL("({}) AS {}").format(one.sql, sql.Identifier(f"v{i}")))
+        params.update(one.params)
+    statement = sql.SQL(
+        "SELECT {} FROM documents d WHERE d.doc_id = :doc_id AND d.lifecycle <> 'deleted' "
+        "AND d.permission_scope = ANY(CAST(:scopes AS text[]))"
+    ).format(sql.SQL(", ").join(verdicts))
+    clause_sql = text(statement.as_string()).bindparams(bindparam("scopes", type_=ARRAY(Text)))
+    return clause_sql, params
 
-    Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qpositive``,
-    ``qphrases`` (websearch syntax of quoted phrases), ``qnegated`` (see ``text.query``),
-    ``ts_config``, ``qvec`` (vector literal), ``pool``, ``chunk_pool``,
-    ``vector_weight`` (the vector arm's share of fusion, ``fusion.plan_arms``) and
-    ``vector_used`` (false: the arm reads nothing and ``qvec`` may be NULL),
-    ``exact_threshold``, ``per_term``, ``per_term_floor``, ``lexical_budget`` (postings per
-    term: ``per_term``, or ``lexical_budget / terms`` for many-term queries, at least
-    ``per_term_floor``), ``lex_chunks`` (chunks scored exactly) and ``qcheck`` (whether the
-    full tsquery can reject a candidate: phrases or negations).
-    """
-    if fusion.method == "rrf":
-        fused = (
-            "COALESCE(1.0 / (:rrf_k + l.lexical_rank), 0) + "
-            "CAST(:vector_weight AS numeric) * COALESCE(1.0 / (:rrf_k + v.vector_rank), 0)"
-        )
-    else:
-        fused = (
-            ":lexical_weight * COALESCE(l.lexical_score / NULLIF(mx.top, 0), 0) + "
-            "(1 - :lexical_weight) * CAST(:vector_weight AS double precision) "
-            "* GREATEST(COALESCE(v.vector_similarity, 0), 0)"
-        )
-    # Only fixed fragments are interpolated; every value is a bound parameter.
-    # A bare chunks scan ordered by distance is what lets the planner use the HNSW index;
-    # document filters become one array computed once (an InitPlan), not a join.
-    doc_filter = (
-        ""
-        if filter_sql == "TRUE"
-        else "\n      AND c.doc_id = ANY(ARRAY(SELECT d.doc_id FROM documents d WHERE "
-        + filter_sql
-        + "))"
-    )
-    chunk = (
-        "CROSS JOIN LATERAL (\n"
-        "        SELECT c0.doc_id, c0.ordinal, c0.token_count, c0.tsv FROM chunks c0\n"
-        "        WHERE c0.chunk_id = k.chunk_id\n"
-        "          AND c0.permission_scope = ANY(CAST(:scopes AS text[]))\n"
-        "          AND c0.lifecycle <> 'deleted'\n"
-        "        LIMIT 1\n"
-        "    ) c"
-    )
-    if filter_sql == "TRUE":
-        checked = ""
-        ranked_source = (
-            "(SELECT * FROM candidates WHERE lifecycle_ok ORDER BY approx DESC, chunk_id) k\n"
-            f"    CROSS JOIN q\n    {chunk}\n"
-            "    WHERE NOT :qcheck OR c.tsv @@ q.tsq\n"
-            "    ORDER BY k.approx DESC, k.chunk_id"
-        )
-        filter_out = "SELECT 0 AS docs"
-    else:
-        # Filters are per document: every candidate carries its document's verdict before
-        # the stage-2 cut, so a selective filter cannot empty the lexical arm.
-        checked = (
-            "checked AS MATERIALIZED (\n"
-            "    SELECT k.chunk_id, k.approx, c.doc_id, c.ordinal, c.token_count, c.tsv,\n"
-            "           (NOT :qcheck OR c.tsv @@ q.tsq) AS query_ok, dv.filter_ok\n"
-            f"    FROM candidates k\n    CROSS JOIN q\n    {chunk}\n"
-            "    CROSS JOIN LATERAL (\n"
-            f"        SELECT ({filter_sql}) AS filter_ok FROM documents d\n"
-            "        WHERE d.doc_id = c.doc_id LIMIT 1\n"
-            "    ) dv\n"
-            "    WHERE k.lifecycle_ok\n"
-            "),"
-        )
-        ranked_source = "checked WHERE query_ok AND filter_ok ORDER BY approx DESC, chunk_id"
-        filter_out = (
-            "SELECT count(DISTINCT doc_id) AS docs FROM checked WHERE query_ok AND NOT filter_ok"
-        )
-    sql = (
-        prefix
-        + f"""
-WITH q0 AS (
+
+# -- the parts of the hybrid search statement -----------------------------------------------
+
+_CHUNK_BY_KEY = """CROSS JOIN LATERAL (
+        SELECT c0.doc_id, c0.ordinal, c0.token_count, c0.tsv FROM chunks c0
+        WHERE c0.chunk_id = k.chunk_id
+          AND c0.permission_scope = ANY(CAST(:scopes AS text[]))
+          AND c0.lifecycle <> 'deleted'
+        LIMIT 1
+    ) c"""
+
+_Q0 = """
     SELECT CAST(replace(replace(CAST(plainto_tsquery(CAST(:ts_config AS regconfig), :qpositive)
                 AS text), ' & ', ' | '), ' <-> ', ' | ') AS tsquery) AS anyq,
            websearch_to_tsquery(CAST(:ts_config AS regconfig), :qphrases) AS phr,
            websearch_to_tsquery(CAST(:ts_config AS regconfig), :qnegated) AS neg
-),
-q AS (
+"""
+
+_Q = """
     -- Any positive word may match; every phrase must; no negated word may. Without a
     -- positive word the lexical arm is empty rather than "everything but the negation".
     SELECT CASE WHEN numnode(q0.anyq) = 0 THEN CAST('' AS tsquery)
@@ -182,16 +177,18 @@ q AS (
                  FROM unnest(to_tsvector(CAST(:ts_config AS regconfig), :qpositive)) AS u)
                AS terms
     FROM q0
-),
-visible AS MATERIALIZED (
+"""
+
+_VISIBLE = """
     -- Collection statistics of exactly the caller's visible chunks, from per-scope counters.
     SELECT COALESCE(sum(s.chunks), 0) AS n,
            COALESCE(CAST(sum(s.tokens) AS double precision) / NULLIF(sum(s.chunks), 0), 1)
                AS avgdl
     FROM scope_stats s
     WHERE s.permission_scope = ANY(CAST(:scopes AS text[])) AND s.lifecycle <> 'deleted'
-),
-df AS MATERIALIZED (
+"""
+
+_DF = """
     -- Document frequency over the visible postings, from per-(lexeme, scope) counters kept
     -- exact by triggers on postings: a few rows per term, however common the term is.
     SELECT t.lexeme, vs.n, vs.avgdl,
@@ -200,16 +197,18 @@ df AS MATERIALIZED (
                        AND s.permission_scope = ANY(CAST(:scopes AS text[]))
                        AND s.lifecycle <> 'deleted'), 0) AS df
     FROM q CROSS JOIN visible vs, unnest(q.terms) AS t(lexeme)
-),
-idf AS MATERIALIZED (
+"""
+
+_IDF = """
     SELECT df.lexeme, df.avgdl, ln(1 + (df.n - df.df + 0.5) / (df.df + 0.5)) AS idf,
-           -- Postings read per term: :per_term, less when the query has many terms (the
-           -- strongest postings of each term still come first), never below :per_term_floor.
-           LEAST(:per_term, GREATEST(:per_term_floor,
-                 :lexical_budget / GREATEST(count(*) OVER (), 1))) AS bound
+           -- Postings read per term: per_term, less when the query has many terms (the
+           -- strongest postings of each term still come first), never below per_term_floor.
+           LEAST({per_term}, GREATEST({per_term_floor},
+                 {lexical_budget} / GREATEST(count(*) OVER (), 1))) AS bound
     FROM df
-),
-candidates AS MATERIALIZED (
+"""
+
+_CANDIDATES = """
     -- Stage 1, postings alone: the strongest postings of each term (impact order), scored
     -- by idf x impact (BM25's tf part at a reference length). Work is bounded by the
     -- query, not by how many chunks contain a common word.
@@ -225,47 +224,66 @@ candidates AS MATERIALIZED (
         LIMIT i.bound
     ) AS top
     GROUP BY top.chunk_id
-),
-{checked}
-ranked AS MATERIALIZED (
+"""
+
+_CHECKED = """
+    -- Filters are per document: every candidate carries its document's verdict before
+    -- the stage-2 cut, so a selective filter cannot empty the lexical arm.
+    SELECT k.chunk_id, k.approx, c.doc_id, c.ordinal, c.token_count, c.tsv,
+           (NOT :qcheck OR c.tsv @@ q.tsq) AS query_ok, dv.filter_ok
+    FROM candidates k
+    CROSS JOIN q
+    {chunk}
+    CROSS JOIN LATERAL (
+        SELECT ({filter}) AS filter_ok FROM documents d
+        WHERE d.doc_id = c.doc_id LIMIT 1
+    ) dv
+    WHERE k.lifecycle_ok
+"""
+
+_RANKED = """
     -- Stage 2, in stage-1 order: each chunk by primary key (LATERAL, whatever the planner
     -- guesses), the full query (phrases, negation) checked on its tsvector when the query
-    -- has any, and the first :lex_chunks that pass kept for exact scoring.
-    SELECT chunk_id, doc_id, ordinal, token_count
-    FROM {ranked_source}
-    LIMIT :lex_chunks
-),
-lifecycle_out AS MATERIALIZED (
+    -- has any, and the first lex_chunks that pass kept for exact scoring.
+    SELECT chunk_id, doc_id, ordinal, token_count, tsv
+    FROM {source}
+    LIMIT {lex_chunks}
+"""
+
+_RANKED_SOURCE = """(SELECT * FROM candidates WHERE lifecycle_ok ORDER BY approx DESC, chunk_id) k
+    CROSS JOIN q
+    {chunk}
+    WHERE NOT :qcheck OR c.tsv @@ q.tsq
+    ORDER BY k.approx DESC, k.chunk_id"""
+
+_RANKED_SOURCE_CHECKED = "checked WHERE query_ok AND filter_ok ORDER BY approx DESC, chunk_id"
+
+_LIFECYCLE_OUT = """
     -- Candidates excluded by lifecycle, per document (statistics only; usually none).
     SELECT count(DISTINCT c.doc_id) AS docs
     FROM candidates k
     CROSS JOIN q
-    CROSS JOIN LATERAL (
-        SELECT c0.doc_id, c0.tsv FROM chunks c0
-        WHERE c0.chunk_id = k.chunk_id AND c0.permission_scope = ANY(CAST(:scopes AS text[]))
-          AND c0.lifecycle <> 'deleted'
-        LIMIT 1
-    ) c
+    {chunk}
     WHERE NOT k.lifecycle_ok AND (NOT :qcheck OR c.tsv @@ q.tsq)
-),
-chunk_bm25 AS (
-    -- Exact BM25 of the kept chunks over every query term (each posting by primary key).
+"""
+
+_CHUNK_BM25 = """
+    -- Exact BM25 of the kept chunks over every query term. Term frequencies come from the
+    -- chunk's own tsvector, already read in stage 2 (the postings' tf is derived from it
+    -- the same way), so no index is probed per (chunk, term).
     SELECT r.doc_id, r.ordinal,
-           sum(i.idf * (p.tf * ({BM25_K1} + 1))
-               / (p.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * r.token_count / i.avgdl)))
+           sum(i.idf * (t.tf * ({k1} + 1))
+               / (t.tf + {k1} * (1 - {b} + {b} * r.token_count / i.avgdl)))
                AS score,
-           array_agg(p.lexeme ORDER BY p.lexeme) AS terms
+           array_agg(u.lexeme ORDER BY u.lexeme) AS terms
     FROM ranked r
-    CROSS JOIN idf i
-    CROSS JOIN LATERAL (
-        SELECT p0.lexeme, p0.tf FROM postings p0
-        WHERE p0.chunk_id = r.chunk_id AND p0.lexeme = i.lexeme
-          AND p0.permission_scope = ANY(CAST(:scopes AS text[]))
-        LIMIT 1
-    ) p
+    CROSS JOIN LATERAL unnest(r.tsv) AS u
+    JOIN idf i ON i.lexeme = u.lexeme
+    CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
     GROUP BY r.doc_id, r.ordinal
-),
-lexical AS (
+"""
+
+_LEXICAL = """
     SELECT doc_id, lexical_score, lexical_chunk, terms,
            row_number() OVER (ORDER BY lexical_score DESC, doc_id) AS lexical_rank
     FROM (
@@ -275,18 +293,33 @@ lexical AS (
         ORDER BY doc_id, score DESC, ordinal
     ) best
     ORDER BY lexical_score DESC, doc_id
-    LIMIT :pool
-),
-eligible_probe AS MATERIALIZED (
-    -- Bounded count: at most :exact_threshold + 1 rows are touched, whatever the table size.
-    SELECT count(*) <= :exact_threshold AS small FROM (
+    LIMIT {pool}
+"""
+
+#: Chunks of the filtered documents, as one array computed once (an InitPlan), not a join:
+#: a bare chunks scan ordered by distance is what lets the planner use the HNSW index.
+_IN_FILTERED_DOCS = """
+      AND c.doc_id = ANY(ARRAY(SELECT d.doc_id FROM documents d WHERE {filter}))"""
+
+_ELIGIBLE_PROBE = """
+    -- Bounded count: at most exact_threshold + 1 rows are touched, whatever the table size.
+    SELECT count(*) <= {exact_threshold} AS small FROM (
         SELECT 1 FROM chunks c
         WHERE :vector_used AND c.permission_scope = ANY(CAST(:scopes AS text[]))
-          AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
-        LIMIT :exact_threshold + 1
+          AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){in_docs}
+        LIMIT {exact_threshold} + 1
     ) probe
-),
-nearest AS MATERIALIZED (
+"""
+
+_ELIGIBLE_COUNTED = """
+    -- No document filter: the per-scope counters already count the eligible chunks.
+    SELECT COALESCE(sum(s.chunks), 0) <= {exact_threshold} AS small
+    FROM scope_stats s
+    WHERE :vector_used AND s.permission_scope = ANY(CAST(:scopes AS text[]))
+      AND s.lifecycle = ANY(CAST(:lifecycles AS text[]))
+"""
+
+_NEAREST = """
     -- Few eligible chunks: exact distance over exactly those rows (the "+ 0" keeps the
     -- planner off the HNSW index). Otherwise: HNSW with an iterative scan, so filters
     -- applied during the scan cannot leave the pool short. One branch runs; the other is
@@ -295,19 +328,20 @@ nearest AS MATERIALIZED (
      FROM chunks c
      WHERE :vector_used AND (SELECT small FROM eligible_probe)
        AND c.permission_scope = ANY(CAST(:scopes AS text[]))
-       AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
+       AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){in_docs}
      ORDER BY (c.embedding <=> CAST(:qvec AS vector)) + 0
-     LIMIT :chunk_pool)
+     LIMIT {chunk_pool})
     UNION ALL
     (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
      FROM chunks c
      WHERE :vector_used AND NOT (SELECT small FROM eligible_probe)
        AND c.permission_scope = ANY(CAST(:scopes AS text[]))
-       AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){doc_filter}
+       AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){in_docs}
      ORDER BY c.embedding <=> CAST(:qvec AS vector)
-     LIMIT :chunk_pool)
-),
-vector AS (
+     LIMIT {chunk_pool})
+"""
+
+_VECTOR = """
     SELECT doc_id, vector_similarity, vector_chunk,
            row_number() OVER (ORDER BY vector_similarity DESC, doc_id) AS vector_rank
     FROM (
@@ -319,21 +353,44 @@ vector AS (
         ORDER BY doc_id, distance, ordinal
     ) best
     ORDER BY vector_similarity DESC, doc_id
-    LIMIT :pool
-),
-mx AS (SELECT max(lexical_score) AS top FROM lexical),
-fused0 AS (
+    LIMIT {pool}
+"""
+
+_MX = "SELECT max(lexical_score) AS top FROM lexical"
+
+#: Fused score per method (see ``context_search.fusion``); ``vector_weight`` 0 leaves the
+#: vector arm out of the order.
+_FUSED_SCORE = {
+    "rrf": (
+        "COALESCE(1.0 / ({rrf_k} + l.lexical_rank), 0) + "
+        "CAST(:vector_weight AS numeric) * COALESCE(1.0 / ({rrf_k} + v.vector_rank), 0)"
+    ),
+    "convex": (
+        "{lexical_weight} * COALESCE(l.lexical_score / NULLIF(mx.top, 0), 0) + "
+        "(1 - {lexical_weight}) * CAST(:vector_weight AS double precision) "
+        "* GREATEST(COALESCE(v.vector_similarity, 0), 0)"
+    ),
+}
+
+_FUSED0 = """
     SELECT COALESCE(l.doc_id, v.doc_id) AS doc_id,
            l.lexical_rank, l.lexical_score, l.lexical_chunk, l.terms,
            v.vector_rank, v.vector_similarity, v.vector_chunk,
            CAST({fused} AS double precision) AS fused
     FROM lexical l FULL OUTER JOIN vector v ON v.doc_id = l.doc_id CROSS JOIN mx
-),
-fused AS MATERIALIZED (
+"""
+
+_FUSED = """
     SELECT f0.*, row_number() OVER (ORDER BY f0.fused DESC, f0.doc_id) AS fused_rank
     FROM fused0 f0
-),
-stats AS MATERIALIZED (
+"""
+
+_NOTHING_FILTERED = "SELECT 0 AS docs"
+_FILTERED_OUT = (
+    "SELECT count(DISTINCT doc_id) AS docs FROM checked WHERE query_ok AND NOT filter_ok"
+)
+
+_STATS = """
     SELECT (SELECT count(DISTINCT doc_id) FROM ranked) + lo.docs + ff.docs
                AS lexical_matches,
            lo.docs AS lifecycle_filtered,
@@ -356,9 +413,10 @@ stats AS MATERIALIZED (
           AND j.scopes && CAST(:scopes AS text[])
     ) jobs
     CROSS JOIN lifecycle_out lo
-    CROSS JOIN ({filter_out}) ff
-),
-hits AS (
+    CROSS JOIN ({filtered_out}) ff
+"""
+
+_HITS = """
     -- Document and chunk fields only for the rows that can become hits (the first
     -- :detail_limit in fused order), each fetched by key; the rest stay rank-log entries.
     SELECT f.*, x.*
@@ -379,11 +437,119 @@ hits AS (
         WHERE d.doc_id = f.doc_id AND f.fused_rank <= :detail_limit
         LIMIT 1
     ) x ON TRUE
-)
+"""
+
+_RESULT = """
 SELECT s.*, h.* FROM stats s LEFT JOIN hits h ON TRUE
 ORDER BY h.fused DESC, h.doc_id
 """
-    )
-    return text(sql).bindparams(
-        bindparam("scopes", type_=ARRAY(Text)), bindparam("lifecycles", type_=ARRAY(Text))
-    )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchLimits:
+    """A connector's bounds on one search's work (see ``SearchStatements``)."""
+
+    pool: int  # documents per arm
+    chunk_pool: int  # chunks the vector arm reads (twice the pool fills it with documents)
+    lex_chunks: int  # chunks scored exactly by the lexical arm
+    exact_threshold: int  # at most this many eligible chunks: exact vector distances
+    per_term: int  # postings read per query term
+    per_term_floor: int  # never fewer per term, however many terms
+    lexical_budget: int  # postings shared by the terms of a many-term query
+
+
+def _part(
+    name: str, template: str, materialized: bool = False, /, **parts: sql.Composable
+) -> sql.Composed:
+    """One named common table expression from its template and the parts it takes
+    (``materialized``: computed once, never inlined into its readers)."""
+    head = "{} AS MATERIALIZED ({})" if materialized else "{} AS ({})"
+    return sql.SQL(head).format(sql.Identifier(name), sql.SQL(template).format(**parts))
+
+
+def _statement(document_filter: str | None, fusion: FusionSettings, limits: SearchLimits) -> str:
+    """The statement's text for one shape: document filter or not, fusion, the limits."""
+    consts: dict[str, sql.Composable] = {
+        name: sql.Literal(getattr(limits, name)) for name in SearchLimits.__slots__
+    }
+    consts["rrf_k"] = sql.Literal(fusion.rrf_k)
+    consts["lexical_weight"] = sql.Literal(float(fusion.lexical_weight))
+    chunk = sql.SQL(_CHUNK_BY_KEY)
+    filtered = document_filter is not None
+    doc_filter = sql.SQL(document_filter or "")
+    in_docs = sql.SQL(_IN_FILTERED_DOCS).format(filter=doc_filter) if filtered else sql.SQL("")
+    ctes = [
+        _part("q0", _Q0),
+        _part("q", _Q),
+        _part("visible", _VISIBLE, True),
+        _part("df", _DF, True),
+        _part("idf", _IDF, True, **consts),
+        _part("candidates", _CANDIDATES, True),
+    ]
+    if filtered:
+        ctes.append(_part("checked", _CHECKED, True, chunk=chunk, filter=doc_filter))
+        source: sql.Composable = sql.SQL(_RANKED_SOURCE_CHECKED)
+    else:
+        source = sql.SQL(_RANKED_SOURCE).format(chunk=chunk)
+    ctes += [
+        _part("ranked", _RANKED, True, source=source, **consts),
+        _part("lifecycle_out", _LIFECYCLE_OUT, True, chunk=chunk),
+        _part("chunk_bm25", _CHUNK_BM25, k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B)),
+        _part("lexical", _LEXICAL, **consts),
+        (
+            _part("eligible_probe", _ELIGIBLE_PROBE, True, in_docs=in_docs, **consts)
+            if filtered
+            else _part("eligible_probe", _ELIGIBLE_COUNTED, True, **consts)
+        ),
+        _part("nearest", _NEAREST, True, in_docs=in_docs, **consts),
+        _part("vector", _VECTOR, **consts),
+        _part("mx", _MX),
+        _part("fused0", _FUSED0, fused=sql.SQL(_FUSED_SCORE[fusion.method]).format(**consts)),
+        _part("fused", _FUSED, True),
+        _part(
+            "stats",
+            _STATS,
+            True,
+            filtered_out=sql.SQL(_FILTERED_OUT if filtered else _NOTHING_FILTERED),
+        ),
+        _part("hits", _HITS),
+    ]
+    statement = sql.SQL("WITH {}\n{}").format(sql.SQL(",\n").join(ctes), sql.SQL(_RESULT))
+    return statement.as_string()
+
+
+@lru_cache(maxsize=256)
+def _clause(
+    document_filter: str | None, fusion: FusionSettings, limits: SearchLimits, explain: Explain
+) -> TextClause:
+    # One TextClause per statement shape: SQLAlchemy compiles it once, psycopg sends the same
+    # text for every search of a connector (so the server can keep it prepared).
+    binds = [bindparam("scopes", type_=ARRAY(Text)), bindparam("lifecycles", type_=ARRAY(Text))]
+    if document_filter is not None and ":targets" in document_filter:
+        binds.append(bindparam("targets", type_=ARRAY(Text)))
+    statement = _statement(document_filter, fusion, limits)
+    return text(_EXPLAIN[explain] + statement).bindparams(*binds)
+
+
+def hybrid_search_sql(
+    document_filter: DocumentFilter | None,
+    fusion: FusionSettings,
+    limits: SearchLimits,
+    *,
+    explain: Explain = "",
+) -> TextClause:
+    """One statement returning every fused candidate with its components and hit fields.
+
+    Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qpositive``,
+    ``qphrases`` (websearch syntax of quoted phrases), ``qnegated`` (see ``text.query``),
+    ``ts_config``, ``qvec`` (vector literal), ``vector_weight`` (the vector arm's share of
+    fusion, ``fusion.plan_arms``) and ``vector_used`` (false: the arm reads nothing and
+    ``qvec`` may be NULL), ``qcheck`` (whether the full tsquery can reject a candidate:
+    phrases or negations), ``min_sim``, ``detail_limit`` and the document filter's own.
+    The connector's constants (``limits``, the fusion's ``rrf_k`` / ``lexical_weight``) are
+    literals: one connector, one text per shape, and a reused plan knows every bound.
+    ``explain``: the statement under ``EXPLAIN`` (``plan``) or ``EXPLAIN (ANALYZE,
+    BUFFERS)`` (``analyze``).
+    """
+    predicate = None if document_filter is None else document_filter.sql.as_string()
+    return _clause(predicate, fusion, limits, explain)

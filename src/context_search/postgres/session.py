@@ -52,33 +52,37 @@ def validate_planner_settings(settings: Mapping[str, str] | None) -> dict[str, s
     return planner
 
 
+#: Planner settings of one hybrid search statement (``SearchStatements.tuning`` adds
+#: ``hnsw.ef_search``). Iterative HNSW scans keep a filtered vector arm from returning fewer
+#: rows than it should. The statement is short: parallel workers would be started (for the
+#: exact branch even when its one-time filter cuts it) and JIT compiled for nothing.
+SEARCH_TUNING: Mapping[str, str] = {
+    "hnsw.iterative_scan": "relaxed_order",
+    "max_parallel_workers_per_gather": "0",
+    "jit": "off",
+}
+
+# Role, scopes, time limit and every planner setting of the transaction in one round trip.
+# ``set_config('role', ..., true)`` is ``SET LOCAL ROLE``; settings apply in array order, so
+# the connector's own ``planner_settings`` (last) override the search's.
+_OPEN_SQL = text(
+    "SELECT set_config('role', :role, true), "
+    "set_config(:name, CAST(CAST(:scopes AS text[]) AS text), true), "
+    "set_config('statement_timeout', :limit, true), "
+    "(SELECT count(set_config(s.k, s.v, true)) FROM unnest(CAST(:keys AS text[]), "
+    "CAST(:vals AS text[])) WITH ORDINALITY AS s(k, v, n))"
+).bindparams(
+    bindparam("scopes", type_=ARRAY(Text)),
+    bindparam("keys", type_=ARRAY(Text)),
+    bindparam("vals", type_=ARRAY(Text)),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ReadSession:
-    """One open read transaction: its connection and the search planner settings."""
+    """One open read transaction (REPEATABLE READ, read only, as the reader role)."""
 
     conn: Connection
-    planner: Mapping[str, str]
-
-    def tune_for_search(self, ef_search: int) -> None:
-        """Planner settings for one hybrid search statement, local to this transaction.
-
-        Iterative HNSW scans keep a filtered vector arm from returning fewer rows than it
-        should; ``ef_search`` follows the arm's candidate pool. The statement is short:
-        parallel workers would be started (for the exact branch even when its one-time
-        filter cuts it) and JIT compiled for nothing. The connector's own
-        ``planner_settings`` come last, so they can override any of these.
-        """
-        self.conn.execute(
-            text(
-                "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                "set_config('hnsw.ef_search', :ef, true), "
-                "set_config('max_parallel_workers_per_gather', '0', true), "
-                "set_config('jit', 'off', true)"
-            ),
-            {"ef": str(ef_search)},
-        )
-        for key, value in self.planner.items():
-            self.conn.execute(text("SELECT set_config(:k, :v, true)"), {"k": key, "v": value})
 
 
 class ReadSessions:
@@ -115,28 +119,45 @@ class ReadSessions:
         *,
         cancel: Cancellation | None = None,
         timeout_s: float | None = None,
+        tuning: Mapping[str, str] | None = None,
     ) -> Iterator[ReadSession]:
         """A read transaction as the reader role, RLS scoped to ``scopes``, bounded by the
-        read time limit and stoppable through ``cancel`` for as long as it is open."""
+        read time limit and stoppable through ``cancel`` for as long as it is open.
+
+        ``tuning``: planner settings local to the transaction (a search's), applied before
+        the connector's ``planner_settings``, all in the transaction's first statement.
+        """
         limit = self.time_limit(timeout_s)
         if cancel is not None:
             cancel.check(action)
         try:
-            with translate_errors(action), self._engine.begin() as conn:
-                conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
-                conn.execute(text(f'SET LOCAL ROLE "{self._reader_role}"'))
+            settings = {**(tuning or {}), **self._planner}
+            with (
+                translate_errors(action),
+                self._engine.connect().execution_options(
+                    # psycopg opens the transaction with BEGIN ... REPEATABLE READ READ ONLY:
+                    # no separate SET TRANSACTION round trip.
+                    isolation_level="REPEATABLE READ",
+                    postgresql_readonly=True,
+                ) as conn,
+                conn.begin(),
+            ):
                 conn.execute(
-                    text(
-                        "SELECT set_config(:name, CAST(CAST(:scopes AS text[]) AS text), true), "
-                        "set_config('statement_timeout', :limit, true)"
-                    ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
-                    {"name": SCOPES_SETTING, "scopes": sorted(scopes), "limit": str(ms(limit))},
+                    _OPEN_SQL,
+                    {
+                        "role": self._reader_role,
+                        "name": SCOPES_SETTING,
+                        "scopes": sorted(scopes),
+                        "limit": str(ms(limit)),
+                        "keys": list(settings),
+                        "vals": list(settings.values()),
+                    },
                 )
                 raw = conn.connection.dbapi_connection
                 if cancel is not None:
                     cancel.attach(raw, action)
                 try:
-                    yield ReadSession(conn, self._planner)
+                    yield ReadSession(conn)
                 finally:
                     if cancel is not None:
                         cancel.detach(raw)
