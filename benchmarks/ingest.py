@@ -1,5 +1,18 @@
-"""Ingestion throughput: chunks/s with precomputed (cached) embeddings, and end to end with
-the real model on a sample, with the share of wall time outside the embedder.
+"""Ingestion throughput: chunks/s with precomputed (cached) embeddings, beside a naive table
+built from the same chunks and vectors in the same run, and end to end with the real model on
+a sample, with the share of wall time outside the embedder.
+
+Precomputed, three ways on one server:
+
+* **ours**: ``upsert`` into an empty index (it picks the bulk path itself: binary COPY into
+  staging, set-based merges of chunks / postings / statistics, the vector index built after
+  the load);
+* **ours, row path**: the same call with the bulk path switched off (one INSERT of parameter
+  arrays per batch, the vector index maintained row by row) — what ``upsert`` did before;
+* **naive**: ``COPY`` of the already cut and embedded chunks into a plain table, then a
+  generated ``tsvector`` column, a GIN index and an HNSW index built after loading, with the
+  same build memory and workers as ours. It has no BM25 postings, statistics, documents,
+  evidence or scope security, and starts from chunks ours still has to cut.
 
 "Database share" is wall time minus time inside the embedder, over wall time: it includes
 chunking and Python-side preparation, so it is an upper bound on time in PostgreSQL.
@@ -7,49 +20,176 @@ chunking and Python-side preparation, so it is an upper bound on time in Postgre
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from sqlalchemy import event
+
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log
-from context_search.postgres import PostgresSearchConnector
+from context_search.postgres import PostgresSearchConnector, bulk, ingest
 from context_search.postgres.admin import drop_index
+from context_search.postgres.prepare import prepare
 
 SCHEMA = "bench_ingest"
+NAIVE = "bench_ingest_naive"
 
 
-def _once(dsn: str, records: list[Any], embedder: Any) -> tuple[float, int]:
-    drop_index(dsn, SCHEMA)
-    with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCHEMA) as store:
+@contextlib.contextmanager
+def _row_path() -> Iterator[None]:
+    copy_min, defer_min = ingest.COPY_MIN_CHUNKS, bulk.DEFER_MIN_CHUNKS
+    ingest.COPY_MIN_CHUNKS = bulk.DEFER_MIN_CHUNKS = 1 << 62
+    try:
+        yield
+    finally:
+        ingest.COPY_MIN_CHUNKS, bulk.DEFER_MIN_CHUNKS = copy_min, defer_min
+
+
+@contextlib.contextmanager
+def _timed_builds(phases: Counter[str]) -> Iterator[None]:
+    real = bulk._build
+
+    def timed(*args: Any, **kw: Any) -> None:
         t0 = time.perf_counter()
-        report = store.upsert(records, batch_size=512)
-        wall = time.perf_counter() - t0
+        real(*args, **kw)
+        phases["vector index build"] += time.perf_counter() - t0
+
+    bulk._build = timed  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        bulk._build = real  # type: ignore[assignment]
+
+
+def _once(dsn: str, records: list[Any], embedder: Any) -> tuple[float, int, dict[str, float]]:
     drop_index(dsn, SCHEMA)
-    return wall, report.chunks_written
+    phases: Counter[str] = Counter()
+    with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCHEMA) as store:
+
+        @event.listens_for(store.engine, "before_cursor_execute")
+        def _start(conn: Any, *_: Any) -> None:
+            conn.info["t0"] = time.perf_counter()
+
+        @event.listens_for(store.engine, "after_cursor_execute")
+        def _stop(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+            words = statement.split()
+            if words[:3] == ["WITH", "ins", "AS"]:
+                name = "chunks + postings merge"
+            elif "INTO chunks" in statement or "INTO postings" in statement:
+                name = "chunks + postings inserts"
+            elif "INTO documents" in statement:
+                name = "documents"
+            else:
+                name = "other statements"
+            phases[name] += time.perf_counter() - conn.info["t0"]
+
+        with _timed_builds(phases):
+            t0 = time.perf_counter()
+            report = store.upsert(records, batch_size=512)
+            wall = time.perf_counter() - t0
+    drop_index(dsn, SCHEMA)
+    phases["python (prepare, COPY stream, waits)"] = wall - sum(phases.values())
+    return wall, report.chunks_written, {k: round(v, 2) for k, v in phases.items()}
+
+
+def _naive(dsn: str, records: list[Any], embedder: Any, settings: Any) -> dict[str, Any]:
+    """The naive table from the same chunk texts and vectors (cut and embedded untimed)."""
+    texts: list[str] = []
+    for i, r in enumerate(records):
+        texts.extend(prepare(r, i, settings).index_texts)
+    vectors = embedder.embed_documents(texts)
+    rows = bulk._vector_rows(vectors)
+    mem_mb, workers = bulk._build_settings(len(texts), settings.dimension)
+    phases: dict[str, float] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {NAIVE} CASCADE")
+        conn.execute(f"CREATE SCHEMA {NAIVE}")
+        conn.execute(f"SET search_path = {NAIVE}, public")
+        conn.execute(f"SET maintenance_work_mem = '{mem_mb}MB'")
+        conn.execute(f"SET max_parallel_maintenance_workers = {workers}")
+        vector = bulk._vector_oid(conn)
+        t0 = time.perf_counter()
+        conn.execute(
+            f"CREATE TABLE chunks (id bigserial PRIMARY KEY, text text, "
+            f"embedding vector({settings.dimension}))"
+        )
+        with (
+            conn.cursor() as cur,
+            cur.copy("COPY chunks (text, embedding) FROM STDIN (FORMAT BINARY)") as copy,
+        ):
+            copy.set_types(["text", vector])
+            for text, row in zip(texts, rows, strict=True):
+                copy.write_row((text, row))
+        t1 = time.perf_counter()
+        conn.execute(
+            "ALTER TABLE chunks ADD COLUMN tsv tsvector GENERATED ALWAYS AS "
+            f"(to_tsvector('{settings.text_search_config}', text)) STORED"
+        )
+        t2 = time.perf_counter()
+        conn.execute("CREATE INDEX ON chunks USING gin (tsv)")
+        t3 = time.perf_counter()
+        conn.execute(
+            "CREATE INDEX ON chunks USING hnsw (embedding vector_cosine_ops) "
+            "WITH (m = 16, ef_construction = 64)"
+        )
+        t4 = time.perf_counter()
+        conn.execute(f"DROP SCHEMA {NAIVE} CASCADE")
+    phases = {
+        "COPY": round(t1 - t0, 2),
+        "tsvector column": round(t2 - t1, 2),
+        "GIN index": round(t3 - t2, 2),
+        "HNSW index": round(t4 - t3, 2),
+    }
+    wall = t4 - t0
+    return {
+        "chunks": len(texts),
+        "seconds": round(wall, 2),
+        "chunks_per_s": round(len(texts) / wall),
+        "phases": phases,
+    }
 
 
 def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, sample: int = 500) -> dict[str, Any]:
     records = data.records
     embedder.embed_documents(["warm"])  # load the model outside the timings
     # Precomputed: every chunk's vector is already cached (a first pass fills the cache).
-    _once(dsn, records, embedder)
+    _, _, _ = _once(dsn, records, embedder)
     embedder.save()
     embedder.seconds = 0.0
-    wall, chunks = _once(dsn, records, embedder)
+    wall, chunks, phases = _once(dsn, records, embedder)
     pre = {
         "documents": len(records),
         "chunks": chunks,
         "seconds": round(wall, 2),
         "chunks_per_s": round(chunks / wall),
         "embedder_seconds": round(embedder.seconds, 2),
+        "phases": phases,
     }
     log(f"ingest precomputed: {pre}")
+    with _row_path():
+        wall_row, chunks_row, phases_row = _once(dsn, records, embedder)
+    row = {
+        "chunks": chunks_row,
+        "seconds": round(wall_row, 2),
+        "chunks_per_s": round(chunks_row / wall_row),
+        "phases": phases_row,
+    }
+    log(f"ingest row path: {row}")
+    with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCHEMA) as store:
+        settings = store.index_settings
+    drop_index(dsn, SCHEMA)
+    naive = _naive(dsn, records, embedder, settings)
+    log(f"ingest naive: {naive}")
     # End to end: a fresh, uncached embedder on a sample.
     fresh = CachedEmbedder(embedder.inner, cache_dir=Path(tempfile.mkdtemp()))
     sub = records[:sample]
     t0 = time.perf_counter()
-    wall_e2e, chunks_e2e = _once(dsn, sub, fresh)
+    wall_e2e, chunks_e2e, _ = _once(dsn, sub, fresh)
     total = time.perf_counter() - t0
     e2e = {
         "documents": len(sub),
@@ -64,23 +204,55 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, sample: int = 500)
     return {
         "embedder": embedder.model_id,
         "precomputed": pre,
+        "row_path": row,
+        "naive": naive,
         "end_to_end": e2e,
+        "ratios": {
+            "ours / naive (chunks/s)": round(pre["chunks_per_s"] / naive["chunks_per_s"], 2),
+            "ours / row path (chunks/s)": round(pre["chunks_per_s"] / row["chunks_per_s"], 2),
+        },
         "targets": {
             "precomputed >= 5000 chunks/s": pre["chunks_per_s"] >= 5000,
+            "precomputed >= naive table": pre["chunks_per_s"] >= naive["chunks_per_s"],
             "database share < 10%": e2e["non_embedder_share"] < 0.10,
         },
     }
 
 
+def _phases(phases: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v} s" for k, v in phases.items())
+
+
 def markdown(result: dict[str, Any]) -> str:
-    pre, e2e = result["precomputed"], result["end_to_end"]
+    pre, row, naive, e2e = (
+        result["precomputed"],
+        result["row_path"],
+        result["naive"],
+        result["end_to_end"],
+    )
     rows = [
         [
-            "precomputed embeddings",
+            "precomputed embeddings, **ours** (`upsert`)",
             pre["documents"],
             pre["chunks"],
             pre["seconds"],
             pre["chunks_per_s"],
+            "-",
+        ],
+        [
+            "precomputed, ours with the bulk path off (row path)",
+            pre["documents"],
+            row["chunks"],
+            row["seconds"],
+            row["chunks_per_s"],
+            "-",
+        ],
+        [
+            "precomputed, naive table (COPY + tsvector + GIN + HNSW)",
+            "-",
+            naive["chunks"],
+            naive["seconds"],
+            naive["chunks_per_s"],
             "-",
         ],
         [
@@ -93,10 +265,14 @@ def markdown(result: dict[str, Any]) -> str:
         ],
     ]
     targets = ", ".join(f"{k}: {'met' if v else 'missed'}" for k, v in result["targets"].items())
+    ratios = ", ".join(f"{k} {v}" for k, v in result["ratios"].items())
     return (
         f"### Ingestion\n\n{header(result)}\n\n"
         + fmt_table(
             rows, ["mode", "documents", "chunks", "seconds", "chunks/s", "outside embedder"]
         )
-        + f"\n\nTargets: {targets}."
+        + f"\n\nRatios (same run, same server): {ratios}.\n\n"
+        + f"Where the time goes — ours: {_phases(pre['phases'])}; row path: "
+        + f"{_phases(row['phases'])}; naive: {_phases(naive['phases'])}.\n\n"
+        + f"Targets: {targets}."
     )

@@ -18,6 +18,7 @@ from sqlalchemy.types import Integer, Text
 
 from context_search.contract import RecordOutcome
 from context_search.embedding import Embedder
+from context_search.postgres.bulk import COPY_MIN_CHUNKS, copy_chunks
 from context_search.postgres.prepare import IndexSettings, PreparedRecord, prepare, record_hash
 from context_search.text import Chunk
 
@@ -393,10 +394,33 @@ def replace_chunks(
     settings: IndexSettings,
 ) -> int:
     """Swap the index entries of ``sources`` for new ones, statistics and postings included,
-    and record what they were built from. Returns the number of chunks written."""
+    and record what they were built from. Returns the number of chunks written.
+
+    A batch of at least ``COPY_MIN_CHUNKS`` chunks is streamed with binary COPY and merged
+    set-based (:mod:`context_search.postgres.bulk`); a smaller one is one INSERT."""
     ids = [s.doc_id for s in sources]
     conn.execute(STATS_DELTA, {"ids": ids, "sign": -1})
     conn.execute(_DELETE_CHUNKS, {"ids": ids})
+    if sum(len(s.chunks) for s in sources) >= COPY_MIN_CHUNKS:
+        i = copy_chunks(conn, sources, vectors, settings.revision, settings.text_search_config)
+    else:
+        i = _insert_chunks(conn, sources, vectors, settings)
+    conn.execute(STATS_DELTA, {"ids": ids, "sign": 1})
+    conn.execute(
+        _SET_INDEXED,
+        {"ids": ids, "content_ids": [s.content_id for s in sources], "revision": settings.revision},
+    )
+    conn.execute(_SETTLE_INDEX_JOBS, {"ids": ids})
+    return i
+
+
+def _insert_chunks(
+    conn: Connection,
+    sources: Sequence[ChunkSource],
+    vectors: np.ndarray[Any, Any],
+    settings: IndexSettings,
+) -> int:
+    """A small batch: chunks as parameter arrays in one INSERT, then their postings."""
     cols: dict[str, list[Any]] = {
         k: []
         for k in (
@@ -430,13 +454,7 @@ def replace_chunks(
         _INSERT_CHUNKS,
         {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
     )
-    conn.execute(_INSERT_POSTINGS, {"ids": ids})
-    conn.execute(STATS_DELTA, {"ids": ids, "sign": 1})
-    conn.execute(
-        _SET_INDEXED,
-        {"ids": ids, "content_ids": [s.content_id for s in sources], "revision": settings.revision},
-    )
-    conn.execute(_SETTLE_INDEX_JOBS, {"ids": ids})
+    conn.execute(_INSERT_POSTINGS, {"ids": [s.doc_id for s in sources]})
     return i
 
 

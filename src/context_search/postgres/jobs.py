@@ -32,6 +32,7 @@ from sqlalchemy.types import BigInteger, Text
 from context_search.contract import ReindexReport
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
+from context_search.postgres import bulk
 from context_search.postgres.engine import translate_errors, write_attempts
 from context_search.postgres.ingest import (
     STATS_DELTA,
@@ -168,6 +169,27 @@ class JobWorker:
     ) -> ReindexReport:
         """Claim and run jobs until none is claimable now (or ``max_jobs`` were claimed)."""
         self._check_config()
+        defer = max_jobs is None and self._large_rebuild()
+        with bulk.defer_vector_index(
+            self._engine, enabled=defer, dimension=self._settings.dimension
+        ):
+            return self._drain(max_jobs, progress)
+
+    def _large_rebuild(self) -> bool:
+        """Whether the queued index jobs rewrite a large part of the index (a configuration
+        change, a large deferred ingestion): then the vector index is built after them."""
+        with translate_errors("reindex"), self._engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM index_jobs WHERE kind = 'index' "
+                    "AND status = 'pending') AS jobs, (SELECT count(*) FROM chunks) AS chunks, "
+                    "(SELECT count(*) FROM documents WHERE lifecycle <> 'deleted') AS docs"
+                )
+            ).one()
+        per_doc = max(1.0, row.chunks / row.docs) if row.docs else 1.0
+        return bulk.should_defer(int(row.jobs * per_doc), int(row.chunks))
+
+    def _drain(self, max_jobs: int | None, progress: JobProgress | None) -> ReindexReport:
         done = retried = failed = taken = 0
         while max_jobs is None or taken < max_jobs:
             want = self._batch if max_jobs is None else min(self._batch, max_jobs - taken)

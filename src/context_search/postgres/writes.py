@@ -37,6 +37,7 @@ from context_search.errors import (
     EmbeddingFailedError,
     NotFoundError,
 )
+from context_search.postgres import bulk
 from context_search.postgres.engine import translate_errors, write_attempts
 from context_search.postgres.ingest import (
     LIFECYCLE_POSTINGS,
@@ -57,6 +58,13 @@ from context_search.validation import (
 )
 
 __all__ = ["Writes"]
+
+#: Documents whose index entries are current under a configuration revision.
+_FRESH = text(
+    "SELECT doc_id, record_hash FROM documents WHERE doc_id = ANY(:ids) "
+    "AND indexed_content_id IS NOT DISTINCT FROM content_id "
+    "AND indexed_config_revision = :revision"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
 
 class Writes:
@@ -89,6 +97,19 @@ class Writes:
         """
         valid = validate_records(records)
         prepared = [prepare(r, i, self._settings) for i, r in enumerate(valid)]
+        defer = not defer_indexing and self._large_load(prepared)
+        with bulk.defer_vector_index(
+            self._engine, enabled=defer, dimension=self._settings.dimension
+        ):
+            return self._upsert(prepared, defer_indexing, batch_size, progress)
+
+    def _upsert(
+        self,
+        prepared: Sequence[PreparedRecord],
+        defer_indexing: bool,
+        batch_size: int,
+        progress: ProgressCallback | None,
+    ) -> IngestReport:
         outcomes: list[tuple[str, RecordOutcome]] = []
         chunks = embeddings = batches = 0
         for start in range(0, len(prepared), batch_size):
@@ -116,6 +137,28 @@ class Writes:
             committed_batches=batches,
         )
 
+    def _large_load(self, prepared: Sequence[PreparedRecord]) -> bool:
+        """Whether the chunks this call will (re)write are many relative to the index, so
+        building the vector index afterwards beats maintaining it row by row."""
+        if sum(len(p.chunks) for p in prepared) < bulk.DEFER_MIN_CHUNKS:
+            return False
+        fresh: set[str] = set()
+        ids = [p.record.document_id for p in prepared]
+        with translate_errors("upsert"), self._engine.connect() as conn:
+            for start in range(0, len(ids), 10_000):
+                fresh.update(
+                    f"{row.doc_id}\0{row.record_hash}"
+                    for row in conn.execute(
+                        _FRESH,
+                        {"ids": ids[start : start + 10_000], "revision": self._settings.revision},
+                    )
+                )
+            total = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
+        incoming = sum(
+            len(p.chunks) for p in prepared if f"{p.record.document_id}\0{p.hash}" not in fresh
+        )
+        return bulk.should_defer(incoming, total)
+
     def _embed_ahead(self, batch: Sequence[PreparedRecord]) -> Embedder:
         """Embed the records that look changed before the write transaction opens, so the
         model never runs while rows are locked or a transaction sits idle (the server ends
@@ -125,14 +168,7 @@ class Writes:
         with translate_errors("upsert"), self._engine.connect() as conn:
             seen = {
                 row.doc_id: row.record_hash
-                for row in conn.execute(
-                    text(
-                        "SELECT doc_id, record_hash FROM documents WHERE doc_id = ANY(:ids) "
-                        "AND indexed_content_id IS NOT DISTINCT FROM content_id "
-                        "AND indexed_config_revision = :revision"
-                    ).bindparams(bindparam("ids", type_=ARRAY(Text))),
-                    {"ids": ids, "revision": self._settings.revision},
-                )
+                for row in conn.execute(_FRESH, {"ids": ids, "revision": self._settings.revision})
             }
         texts = [
             t for p in batch if seen.get(p.record.document_id) != p.hash for t in p.index_texts

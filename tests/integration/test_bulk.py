@@ -1,0 +1,328 @@
+"""The bulk path of ``upsert`` (binary COPY, set-based merges, vector index built after a
+large load) keeps every guarantee of the row path: atomic batches, idempotency, masks,
+supersedes in the same batch, counters equal to a recount, scope security."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from psycopg import sql
+
+from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
+from context_search.contract import RecordOutcome
+from context_search.postgres import PostgresSearchConnector, bulk, ingest
+from context_search.postgres.audit import audit
+
+#: A body long enough for several chunks (1200-byte windows).
+_FILLER = " ".join(f"word{k} clause{k % 7}" for k in range(300))
+
+
+def _doc(i: int, *, scope: str = "team", **kw: Any) -> ContextDocumentRecord:
+    return ContextDocumentRecord(
+        **{
+            "document_id": f"b{i:05d}",
+            "title": f"Bulk record {i}",
+            "body": f"Zephyr turbine manual {i}. {_FILLER}",
+            "permission_scope": scope,
+            "source_revision": f"r{i}",
+            **kw,
+        }
+    )
+
+
+@pytest.fixture
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
+    ) as connector:
+        yield connector
+
+
+@pytest.fixture
+def copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the batches that went through COPY."""
+    seen: list[int] = []
+    real = ingest.copy_chunks
+
+    def counting(*args: Any, **kw: Any) -> int:
+        n = real(*args, **kw)
+        seen.append(n)
+        return n
+
+    monkeypatch.setattr(ingest, "copy_chunks", counting)
+    return seen
+
+
+def _one(dsn: str, schema: str, query: str) -> Any:
+    with psycopg.connect(dsn) as conn:
+        conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
+        row = conn.execute(query).fetchone()
+        assert row is not None
+        return row[0]
+
+
+def _consistent(store: PostgresSearchConnector) -> None:
+    report = audit(store.engine)
+    assert report.consistent, report.violations
+
+
+def _vector_index_valid(dsn: str, schema: str) -> bool:
+    return bool(
+        _one(
+            dsn,
+            schema,
+            "SELECT COALESCE(bool_and(i.indisvalid), false) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = "
+            f"'{bulk.VECTOR_INDEX}' AND i.indrelid = CAST('chunks' AS regclass)",
+        )
+    )
+
+
+def test_bulk_batch_matches_the_row_path(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    copies: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records = [_doc(i) for i in range(120)]
+    report = store.upsert(records, batch_size=60)
+    assert copies and sum(copies) == report.chunks_written
+    _consistent(store)
+    summary = (
+        "SELECT md5(string_agg(concat_ws('|', doc_id, ordinal, start_byte, end_byte, token_count,"
+        " tsv::text, permission_scope, lifecycle), ';' ORDER BY doc_id, ordinal))"
+        " FROM chunks"
+    )
+    postings = (
+        "SELECT md5(string_agg(concat_ws('|', p.doc_id, c.ordinal, p.lexeme, p.tf, p.impact), ';'"
+        " ORDER BY p.doc_id, c.ordinal, p.lexeme)) FROM postings p JOIN chunks c USING (chunk_id)"
+    )
+    stats = (
+        "SELECT md5(string_agg(concat_ws('|', lexeme, permission_scope, lifecycle, df), ';' "
+        "ORDER BY lexeme, permission_scope, lifecycle)) FROM term_stats WHERE df <> 0"
+    )
+    bulk_view = [_one(context_search_dsn, context_search_schema, q) for q in (summary, postings)]
+    bulk_stats = _one(context_search_dsn, context_search_schema, stats)
+    vectors = "SELECT array_agg(embedding::real[] ORDER BY doc_id, ordinal) FROM chunks"
+    bulk_vectors = np.array(_one(context_search_dsn, context_search_schema, vectors))
+    # The same records again through the row path (COPY disabled) rewrite identical rows.
+    monkeypatch.setattr(ingest, "COPY_MIN_CHUNKS", 10**9)
+    store.upsert([_doc(i, source_revision="again") for i in range(120)], batch_size=60)
+    row_view = [_one(context_search_dsn, context_search_schema, q) for q in (summary, postings)]
+    assert row_view == bulk_view
+    assert _one(context_search_dsn, context_search_schema, stats) == bulk_stats
+    # The row path sends vectors as 7-digit text, COPY sends the exact float32 values.
+    row_vectors = np.array(_one(context_search_dsn, context_search_schema, vectors))
+    assert np.abs(row_vectors - bulk_vectors).max() < 1e-6
+    _consistent(store)
+
+
+def test_bulk_batch_is_atomic_when_it_fails_midway(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = ingest.copy_chunks
+    calls: list[int] = []
+
+    def fail_second(*args: Any, **kw: Any) -> int:
+        n = real(*args, **kw)  # chunks and postings are written, then the batch fails
+        calls.append(n)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure after the merge")
+        return n
+
+    monkeypatch.setattr(ingest, "copy_chunks", fail_second)
+    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)  # the vector index is deferred too
+    with pytest.raises(RuntimeError, match="injected"):
+        store.upsert([_doc(i) for i in range(120)], batch_size=60)
+    assert len(calls) == 2
+    docs = _one(context_search_dsn, context_search_schema, "SELECT count(*) FROM documents")
+    chunks = _one(context_search_dsn, context_search_schema, "SELECT count(*) FROM chunks")
+    first = _one(
+        context_search_dsn,
+        context_search_schema,
+        "SELECT count(*) FROM chunks WHERE doc_id >= 'b00060'",
+    )
+    assert docs == 60 and chunks == calls[0] and first == 0
+    _consistent(store)
+    # An error never leaves the vector index missing.
+    assert _vector_index_valid(context_search_dsn, context_search_schema)
+    # Running the call again finishes the job: the committed half is unchanged.
+    monkeypatch.setattr(ingest, "copy_chunks", real)
+    report = store.upsert([_doc(i) for i in range(120)], batch_size=60)
+    outcomes = [o for _, o in report.outcomes]
+    assert outcomes == [RecordOutcome.UNCHANGED] * 60 + [RecordOutcome.INSERTED] * 60
+    _consistent(store)
+
+
+def test_bulk_rerun_is_idempotent(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    copies: list[int],
+) -> None:
+    records = [_doc(i) for i in range(100)]
+    store.upsert(records, batch_size=100)
+    versions = _one(
+        context_search_dsn, context_search_schema, "SELECT sum(row_version) FROM documents"
+    )
+    n = len(copies)
+    again = store.upsert(records, batch_size=100)
+    assert {o for _, o in again.outcomes} == {RecordOutcome.UNCHANGED}
+    assert again.chunks_written == 0 and len(copies) == n
+    assert versions == _one(
+        context_search_dsn, context_search_schema, "SELECT sum(row_version) FROM documents"
+    )
+    _consistent(store)
+
+
+def test_bulk_masks_before_storage_and_supersedes_in_the_same_batch(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    copies: list[int],
+) -> None:
+    store.upsert([_doc(0, body="Old quokka procedure. " + _FILLER)])
+    records = [
+        _doc(i, body=f"Secret xylophonist{i} payroll. {_FILLER}", field_mask=("body",))
+        if i % 2
+        else _doc(i)
+        for i in range(1, 100)
+    ]
+    records.append(_doc(100, body="New quokka procedure. " + _FILLER, supersedes=("b00000",)))
+    store.upsert(records, batch_size=200)
+    assert copies
+    _consistent(store)
+    leaked = _one(
+        context_search_dsn,
+        context_search_schema,
+        "SELECT count(*) FROM chunks WHERE text LIKE '%xylophonist%'",
+    ) + _one(
+        context_search_dsn,
+        context_search_schema,
+        "SELECT count(*) FROM postings WHERE lexeme LIKE 'xylophonist%'",
+    )
+    assert leaked == 0
+    found = store.search(SearchQuery(query="xylophonist7 payroll", allowed_scopes=["team"]))
+    assert not any("xylophonist" in h.snippet or "payroll" in h.snippet for h in found.hits)
+    lifecycles = _one(
+        context_search_dsn,
+        context_search_schema,
+        "SELECT string_agg(DISTINCT d.lifecycle || '/' || c.lifecycle || '/' || p.lifecycle, ',')"
+        " FROM documents d JOIN chunks c USING (doc_id) JOIN postings p USING (chunk_id) "
+        "WHERE d.doc_id = 'b00000'",
+    )
+    assert lifecycles == "superseded/superseded/superseded"
+    hits = store.search(SearchQuery(query="quokka procedure", allowed_scopes=["team"])).hits
+    assert [h.doc_id for h in hits][:1] == ["b00100"] and "b00000" not in {h.doc_id for h in hits}
+
+
+def test_bulk_rows_are_invisible_to_other_scopes(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    copies: list[int],
+) -> None:
+    store.upsert([_doc(i, scope="finance") for i in range(80)], batch_size=80)
+    assert copies
+    assert not store.search(SearchQuery(query="zephyr turbine", allowed_scopes=["hr"])).hits
+    assert store.search(SearchQuery(query="zephyr turbine", allowed_scopes=["finance"])).hits
+    role = f"{context_search_schema}_reader"
+    with psycopg.connect(context_search_dsn) as conn:
+        conn.execute(
+            sql.SQL("SET search_path = {}, public").format(sql.Identifier(context_search_schema))
+        )
+        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
+        conn.execute("SELECT set_config('context_search.allowed_scopes', '{hr}', true)")
+        seen = [
+            conn.execute(f"SELECT count(*) FROM {t}").fetchone()
+            for t in ("documents", "chunks", "postings", "term_stats", "scope_stats")
+        ]
+    assert seen == [(0,)] * 5
+
+
+def test_large_load_builds_the_vector_index_afterwards_and_searches_stay_correct(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store.upsert([_doc(i) for i in range(10)])
+    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
+    real = ingest.copy_chunks
+    during: list[tuple[bool, list[str]]] = []
+
+    def probing(*args: Any, **kw: Any) -> int:
+        hits = store.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
+        during.append(
+            (
+                _vector_index_valid(context_search_dsn, context_search_schema),
+                [h.doc_id for h in hits],
+            )
+        )
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ingest, "copy_chunks", probing)
+    store.upsert([_doc(i) for i in range(10, 200)], batch_size=100)
+    assert during and not any(valid for valid, _ in during)  # no row-by-row HNSW upkeep
+    assert all(ids and ids[0] == "b00003" for _, ids in during)  # searches stay right
+    assert _vector_index_valid(context_search_dsn, context_search_schema)
+    _consistent(store)
+    # A small load keeps the index in place.
+    during.clear()
+    store.upsert([_doc(i, source_revision="x") for i in range(200, 230)])
+    assert all(valid for valid, _ in during)
+
+
+def test_missing_vector_index_is_rebuilt(
+    context_search_dsn: str, context_search_schema: str, store: PostgresSearchConnector
+) -> None:
+    store.upsert([_doc(i) for i in range(5)])
+    assert not bulk.ensure_vector_index(store.engine, store.index_settings.dimension)
+    with psycopg.connect(context_search_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP INDEX {}.{}").format(
+                sql.Identifier(context_search_schema), sql.Identifier(bulk.VECTOR_INDEX)
+            )
+        )
+    assert bulk.ensure_vector_index(store.engine, store.index_settings.dimension)
+    assert _vector_index_valid(context_search_dsn, context_search_schema)
+
+
+def test_reindex_after_reconfigure_builds_the_vector_index_afterwards(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store.upsert([_doc(i) for i in range(60)])
+    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
+    states: list[bool] = []
+    real = ingest.replace_chunks
+
+    def probing(*args: Any, **kw: Any) -> int:
+        states.append(_vector_index_valid(context_search_dsn, context_search_schema))
+        return real(*args, **kw)
+
+    monkeypatch.setattr("context_search.postgres.jobs.replace_chunks", probing)
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        embedder=HashingEmbedder(),
+        schema=context_search_schema,
+        chunk_bytes=800,
+        reconfigure=True,
+    ) as changed:
+        report = changed.reindex()
+        assert report.done == 60 and report.failed == 0
+        assert states and not any(states)
+        assert _vector_index_valid(context_search_dsn, context_search_schema)
+        _consistent(changed)
+        hits = changed.search(SearchQuery(query="Bulk record 7", allowed_scopes=["team"])).hits
+        assert hits[0].doc_id == "b00007"
