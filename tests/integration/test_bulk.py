@@ -14,6 +14,7 @@ from psycopg import sql
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.contract import RecordOutcome
+from context_search.errors import BackendError
 from context_search.postgres import PostgresSearchConnector, bulk, ingest
 from context_search.postgres.audit import audit
 
@@ -285,15 +286,16 @@ def test_missing_vector_index_is_rebuilt(
     context_search_dsn: str, context_search_schema: str, store: PostgresSearchConnector
 ) -> None:
     store.upsert([_doc(i) for i in range(5)])
-    assert not bulk.ensure_vector_index(store.engine, store.index_settings.dimension)
+    assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
     with psycopg.connect(context_search_dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP INDEX {}.{}").format(
                 sql.Identifier(context_search_schema), sql.Identifier(bulk.VECTOR_INDEX)
             )
         )
-    assert bulk.ensure_vector_index(store.engine, store.index_settings.dimension)
+    assert bulk.ensure_indexes(store.engine, store.index_settings.dimension) == [bulk.VECTOR_INDEX]
     assert _vector_index_valid(context_search_dsn, context_search_schema)
+    assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
 
 
 def test_reindex_after_reconfigure_builds_the_vector_index_afterwards(
@@ -326,3 +328,68 @@ def test_reindex_after_reconfigure_builds_the_vector_index_afterwards(
         _consistent(changed)
         hits = changed.search(SearchQuery(query="Bulk record 7", allowed_scopes=["team"])).hits
         assert hits[0].doc_id == "b00007"
+
+
+def test_next_batch_is_prepared_while_one_writes_and_a_failure_reports_what_committed(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = ingest.write_batch
+    calls: list[int] = []
+
+    def fail_third(*args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise BackendError("injected", details={"sqlstate": "XX000"})
+        return real(*args, **kw)
+
+    monkeypatch.setattr("context_search.postgres.writes.write_batch", fail_third)
+    with pytest.raises(BackendError) as caught:
+        store.upsert([_doc(i) for i in range(50)], batch_size=10)
+    assert caught.value.details["committed"] == 20
+    assert caught.value.details["committed_batches"] == 2
+    assert _one(context_search_dsn, context_search_schema, "SELECT count(*) FROM documents") == 20
+    _consistent(store)
+    monkeypatch.setattr("context_search.postgres.writes.write_batch", real)
+    seen: list[tuple[int, int]] = []
+    report = store.upsert(
+        [_doc(i) for i in range(50)], batch_size=10, progress=lambda a, b: seen.append((a, b))
+    )
+    assert [o for _, o in report.outcomes] == [RecordOutcome.UNCHANGED] * 20 + [
+        RecordOutcome.INSERTED
+    ] * 30
+    assert seen == [(10 * k, 50) for k in range(1, 6)] and report.committed_batches == 5
+    _consistent(store)
+
+
+def test_initial_load_builds_the_search_indexes_afterwards(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
+    real = ingest.copy_chunks
+    present = (
+        "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        f"WHERE i.indisvalid AND c.relname IN {(bulk.VECTOR_INDEX, *bulk.LEXICAL_INDEXES)}"
+    )
+    during: list[tuple[int, list[str]]] = []
+
+    def probing(*args: Any, **kw: Any) -> int:
+        hits = store.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
+        during.append(
+            (_one(context_search_dsn, context_search_schema, present), [h.doc_id for h in hits])
+        )
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ingest, "copy_chunks", probing)
+    store.upsert([_doc(i) for i in range(120)], batch_size=40)
+    assert [n for n, _ in during] == [0, 0, 0]
+    assert all(ids[:1] == ["b00003"] for _, ids in during[1:])  # searches stay right
+    assert _one(context_search_dsn, context_search_schema, present) == 3
+    _consistent(store)
+    hits = store.search(SearchQuery(query="Bulk record 77", allowed_scopes=["team"])).hits
+    assert hits[0].doc_id == "b00077"

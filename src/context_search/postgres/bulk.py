@@ -9,12 +9,14 @@ transaction. Everything else a write does (locks in ``doc_id`` order, masks appl
 storage, statistics deltas, supersedes, job bookkeeping) is the same statement for either
 path, so the guarantees are the same: a batch is atomic and invisible until its commit.
 
-A load that is large relative to the index (:func:`defer_vector_index`: an empty index, a
+A load that is large relative to the index (:func:`defer_index_builds`: an empty index, a
 rebuild after a configuration change) drops the HNSW index with ``DROP INDEX CONCURRENTLY``
 first and builds it once at the end with ``CREATE INDEX CONCURRENTLY``, outside any
-transaction, so neither blocks readers or other writers. Meanwhile the vector arm of a
-search computes exact distances (correct, slower). A session advisory lock marks a load in
-progress; :func:`ensure_vector_index` rebuilds an index that a crashed load left missing or
+transaction, so neither blocks readers or other writers; a load into an empty index does the
+same with the lexical search indexes (GIN on ``tsv``, postings by lexeme and impact).
+Meanwhile searches stay correct: the vector arm computes exact distances, the lexical stage
+reads the tables (slower as the load grows). A session advisory lock marks a load in
+progress; :func:`ensure_indexes` rebuilds an index that a crashed load left missing or
 invalid, unless a load still holds that lock.
 """
 
@@ -43,8 +45,8 @@ __all__ = [
     "COPY_MIN_CHUNKS",
     "DEFER_MIN_CHUNKS",
     "copy_chunks",
-    "defer_vector_index",
-    "ensure_vector_index",
+    "defer_index_builds",
+    "ensure_indexes",
     "should_defer",
 ]
 
@@ -59,12 +61,19 @@ COPY_MIN_CHUNKS = 200
 DEFER_MIN_CHUNKS = 2000
 DEFER_RATIO = 0.25
 
-#: The vector index as migration 0001 creates it (used when a crashed load left it missing).
+#: Search-only indexes a large load may build afterwards, as the migrations create them (used
+#: when a crashed load left one missing; otherwise the definition read before the drop).
 VECTOR_INDEX = "ix_chunks_embedding_hnsw"
-_VECTOR_INDEX_DDL = (
-    "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_chunks_embedding_hnsw ON chunks "
-    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
-)
+LEXICAL_INDEXES = ("ix_chunks_tsv_gin", "ix_postings_lexeme_impact")
+DEFERRABLE = {
+    VECTOR_INDEX: "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_chunks_embedding_hnsw ON chunks "
+    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    "ix_chunks_tsv_gin": "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_chunks_tsv_gin ON chunks "
+    "USING gin (tsv)",
+    "ix_postings_lexeme_impact": "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
+    "ix_postings_lexeme_impact ON postings (lexeme, impact DESC) "
+    "INCLUDE (chunk_id, permission_scope, lifecycle)",
+}
 
 _STAGE = "pg_temp.cs_stage_chunks"
 _CREATE_STAGE = text(
@@ -211,93 +220,113 @@ def _build_settings(rows: int, dimension: int) -> tuple[int, int]:
     return mem_mb, workers
 
 
-def _vector_index_state(raw: Any) -> tuple[str | None, bool]:
-    """The definition of the HNSW index on ``chunks`` (None: none) and whether it is valid."""
-    row = raw.execute(
-        "SELECT pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i "
+def _states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
+    """name -> (definition, valid) of the named indexes that exist."""
+    rows = raw.execute(
+        "SELECT c.relname, pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i "
         "JOIN pg_class c ON c.oid = i.indexrelid "
-        "WHERE i.indrelid = CAST('chunks' AS regclass) AND c.relname = %s",
-        (VECTOR_INDEX,),
-    ).fetchone()
-    return (None, False) if row is None else (str(row[0]), bool(row[1]))
+        "WHERE i.indrelid IN (CAST('chunks' AS regclass), CAST('postings' AS regclass)) "
+        "AND c.relname = ANY(%s)",
+        (list(names),),
+    ).fetchall()
+    return {str(r[0]): (str(r[1]), bool(r[2])) for r in rows}
 
 
-def _build(raw: Any, definition: str | None, rows: int, dimension: int) -> None:
+def _build(raw: Any, name: str, definition: str | None, rows: int, dimension: int) -> None:
+    """Build one index with ``CREATE INDEX CONCURRENTLY`` (readers and writers go on)."""
     mem_mb, workers = _build_settings(rows, dimension)
     raw.execute(f"SET maintenance_work_mem = '{mem_mb}MB'")
     raw.execute(f"SET max_parallel_maintenance_workers = {workers}")
     raw.execute("SET statement_timeout = 0")
-    ddl = _VECTOR_INDEX_DDL
+    ddl = DEFERRABLE[name]
     if definition is not None and definition.startswith("CREATE INDEX "):
         ddl = "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + definition.removeprefix("CREATE INDEX ")
-    raw.execute(ddl)
-    raw.execute("RESET maintenance_work_mem")
-    raw.execute("RESET max_parallel_maintenance_workers")
-    raw.execute("RESET statement_timeout")
-
-
-def _drop_invalid(raw: Any) -> None:
-    definition, valid = _vector_index_state(raw)
-    if definition is not None and not valid:  # a failed concurrent build leaves it invalid
-        raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX}")
+    try:
+        raw.execute(ddl)
+    finally:
+        raw.execute("RESET maintenance_work_mem")
+        raw.execute("RESET max_parallel_maintenance_workers")
+        raw.execute("RESET statement_timeout")
+    state = _states(raw, [name]).get(name)
+    if state is not None and not state[1]:  # a failed concurrent build leaves it invalid
+        raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
 
 
 @contextmanager
-def defer_vector_index(engine: Engine, *, enabled: bool, dimension: int) -> Iterator[None]:
-    """Around a large load: drop the vector index, then build it once afterwards (also when
-    the load fails, so an error never leaves the index missing). No-op unless ``enabled``
-    or when another load already holds the index."""
+def _ddl_session(engine: Engine, action: str) -> Iterator[Any]:
+    """An autocommit connection holding the load lock; yields None if another holds it."""
+    with translate_errors(action), engine.connect() as sa_conn:
+        raw = sa_conn.connection.driver_connection
+        assert raw is not None
+        raw.rollback()
+        raw.autocommit = True
+        try:
+            key = _lock_key(raw)
+            if not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+                yield None
+                return
+            try:
+                yield raw
+            finally:
+                raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        finally:
+            raw.autocommit = False
+
+
+def _count(raw: Any) -> int:
+    return int(raw.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+
+@contextmanager
+def defer_index_builds(
+    engine: Engine, *, enabled: bool, dimension: int, initial: bool = False
+) -> Iterator[None]:
+    """Around a large load: drop the vector index (and, for an ``initial`` load into an
+    empty index, the lexical search indexes too), then build them once afterwards — also
+    when the load fails, so an error never leaves one missing. Searches stay correct
+    meanwhile (exact vector distances; lexical stages read the tables). No-op unless
+    ``enabled`` or when another load already holds the indexes."""
     if not enabled:
         yield
         return
-    with translate_errors("upsert"), engine.connect() as sa_conn:
-        raw = sa_conn.connection.driver_connection
-        assert raw is not None
-        raw.rollback()
-        raw.autocommit = True
+    names = [VECTOR_INDEX, *(LEXICAL_INDEXES if initial else ())]
+    with _ddl_session(engine, "upsert") as raw:
+        if raw is None:
+            yield  # another load builds the indexes when it finishes
+            return
+        definitions = {n: d for n, (d, _) in _states(raw, names).items()}
+        for name in names:
+            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         try:
-            key = _lock_key(raw)
-            if not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-                yield  # another load will build the index when it finishes
-                return
-            try:
-                definition, _ = _vector_index_state(raw)
-                raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX}")
-                try:
-                    yield
-                finally:
-                    rows = int(raw.execute("SELECT count(*) FROM chunks").fetchone()[0])
-                    _build(raw, definition, rows, dimension)
-                    _drop_invalid(raw)
-            finally:
-                raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            yield
         finally:
-            raw.autocommit = False
+            rows = _count(raw)
+            for name in names:
+                _build(raw, name, definitions.get(name), rows, dimension)
 
 
-def ensure_vector_index(engine: Engine, dimension: int) -> bool:
-    """Build the vector index if it is missing or invalid and no load is running (a load
-    killed between its drop and its build). Returns whether it built one."""
-    with translate_errors("ensure vector index"), engine.connect() as sa_conn:
+def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
+    """Build the search indexes a load killed between its drop and its build left missing
+    or invalid, unless a load is running. Returns the names built."""
+    with translate_errors("ensure indexes"), engine.connect() as sa_conn:
         raw = sa_conn.connection.driver_connection
         assert raw is not None
-        definition, valid = _vector_index_state(raw)
-        if definition is not None and valid:
-            raw.rollback()
-            return False
+        states = _states(raw, list(DEFERRABLE))
         raw.rollback()
-        raw.autocommit = True
-        try:
-            key = _lock_key(raw)
-            if not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-                return False  # a load in progress builds it at its end
-            try:
-                _drop_invalid(raw)
-                rows = int(raw.execute("SELECT count(*) FROM chunks").fetchone()[0])
-                log.warning("building the missing vector index over %d chunks", rows)
-                _build(raw, None, rows, dimension)
-                return True
-            finally:
-                raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
-        finally:
-            raw.autocommit = False
+    if all(n in states and states[n][1] for n in DEFERRABLE):
+        return []
+    built: list[str] = []
+    with _ddl_session(engine, "ensure indexes") as raw:
+        if raw is None:
+            return []  # a load in progress builds them at its end
+        states = _states(raw, list(DEFERRABLE))
+        rows = _count(raw)
+        for name in DEFERRABLE:
+            if name in states and states[name][1]:
+                continue
+            if name in states:
+                raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            log.warning("building the missing index %s over %d chunks", name, rows)
+            _build(raw, name, None, rows, dimension)
+            built.append(name)
+    return built

@@ -170,7 +170,7 @@ class JobWorker:
         """Claim and run jobs until none is claimable now (or ``max_jobs`` were claimed)."""
         self._check_config()
         defer = max_jobs is None and self._large_rebuild()
-        with bulk.defer_vector_index(
+        with bulk.defer_index_builds(
             self._engine, enabled=defer, dimension=self._settings.dimension
         ):
             return self._drain(max_jobs, progress)

@@ -14,7 +14,9 @@ writer changed in between is embedded inside the transaction.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -47,6 +49,7 @@ from context_search.postgres.ingest import (
     PreparedRecord,
     ProgressCallback,
     prepare,
+    record_hash,
     write_batch,
 )
 from context_search.validation import (
@@ -74,6 +77,9 @@ class Writes:
         self._engine = engine
         self._embedder = embedder
         self._settings = settings
+        #: The model runs in one thread at a time (the next batch is embedded in a second
+        #: thread while a transaction may embed a record a concurrent writer changed).
+        self._embed_lock = threading.Lock()
 
     def upsert(
         self,
@@ -96,40 +102,63 @@ class Writes:
         ``context-search reindex``) — evidence reports such documents ``pending``.
         """
         valid = validate_records(records)
-        prepared = [prepare(r, i, self._settings) for i, r in enumerate(valid)]
-        defer = not defer_indexing and self._large_load(prepared)
-        with bulk.defer_vector_index(
-            self._engine, enabled=defer, dimension=self._settings.dimension
+        defer, initial = (False, False) if defer_indexing else self._large_load(valid)
+        with bulk.defer_index_builds(
+            self._engine, enabled=defer, dimension=self._settings.dimension, initial=initial
         ):
-            return self._upsert(prepared, defer_indexing, batch_size, progress)
+            return self._upsert(valid, defer_indexing, batch_size, progress)
+
+    def _stage(
+        self, records: Sequence[ContextDocumentRecord], start: int, defer_indexing: bool
+    ) -> tuple[list[PreparedRecord], Embedder]:
+        """Mask, chunk and embed one batch (no transaction open)."""
+        batch = [prepare(r, start + j, self._settings) for j, r in enumerate(records)]
+        return batch, self._embedder if defer_indexing else self._embed_ahead(batch)
 
     def _upsert(
         self,
-        prepared: Sequence[PreparedRecord],
+        valid: Sequence[ContextDocumentRecord],
         defer_indexing: bool,
         batch_size: int,
         progress: ProgressCallback | None,
     ) -> IngestReport:
+        """Write batch after batch while the next one is prepared and embedded in a second
+        thread (one batch ahead: memory stays bounded by two batches)."""
         outcomes: list[tuple[str, RecordOutcome]] = []
         chunks = embeddings = batches = 0
-        for start in range(0, len(prepared), batch_size):
-            batch = prepared[start : start + batch_size]
+        starts = range(0, len(valid), batch_size)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-search-upsert") as ahead:
+
+            def submit(start: int) -> Future[tuple[list[PreparedRecord], Embedder]] | None:
+                if start >= len(valid):
+                    return None
+                rows = valid[start : start + batch_size]
+                return ahead.submit(self._stage, rows, start, defer_indexing)
+
+            pending = submit(0)
             try:
-                embedder = self._embedder if defer_indexing else self._embed_ahead(batch)
-                for attempt in write_attempts(self._engine, "upsert"):
-                    with attempt as conn:
-                        out, c, e = write_batch(
-                            conn, batch, embedder, self._settings, deferred=defer_indexing
-                        )
-            except ContextSearchError as exc:
-                exc.details.update(committed=start, committed_batches=batches)
-                raise
-            batches += 1
-            outcomes.extend(out)
-            chunks += c
-            embeddings += e
-            if progress is not None:
-                progress(start + len(batch), len(prepared))
+                for start in starts:
+                    try:
+                        assert pending is not None
+                        batch, embedder = pending.result()
+                        pending = submit(start + batch_size)
+                        for attempt in write_attempts(self._engine, "upsert"):
+                            with attempt as conn:
+                                out, c, e = write_batch(
+                                    conn, batch, embedder, self._settings, deferred=defer_indexing
+                                )
+                    except ContextSearchError as exc:
+                        exc.details.update(committed=start, committed_batches=batches)
+                        raise
+                    batches += 1
+                    outcomes.extend(out)
+                    chunks += c
+                    embeddings += e
+                    if progress is not None:
+                        progress(start + len(batch), len(valid))
+            finally:
+                if pending is not None:
+                    pending.cancel()
         return IngestReport(
             outcomes=tuple(outcomes),
             chunks_written=chunks,
@@ -137,13 +166,17 @@ class Writes:
             committed_batches=batches,
         )
 
-    def _large_load(self, prepared: Sequence[PreparedRecord]) -> bool:
+    def _large_load(self, records: Sequence[ContextDocumentRecord]) -> tuple[bool, bool]:
         """Whether the chunks this call will (re)write are many relative to the index, so
-        building the vector index afterwards beats maintaining it row by row."""
-        if sum(len(p.chunks) for p in prepared) < bulk.DEFER_MIN_CHUNKS:
-            return False
+        building the vector index afterwards beats maintaining it row by row (chunk counts
+        estimated from body sizes; records whose stored hash matches do not count), and
+        whether the index is empty (then the lexical search indexes are built after too)."""
+        step = max(1, self._settings.chunk_bytes - self._settings.chunk_overlap)
+        sizes = {r.document_id: max(1, -(-len(r.body.encode("utf-8")) // step)) for r in records}
+        if sum(sizes.values()) < bulk.DEFER_MIN_CHUNKS:
+            return False, False
         fresh: set[str] = set()
-        ids = [p.record.document_id for p in prepared]
+        ids = list(sizes)
         with translate_errors("upsert"), self._engine.connect() as conn:
             for start in range(0, len(ids), 10_000):
                 fresh.update(
@@ -155,9 +188,11 @@ class Writes:
                 )
             total = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
         incoming = sum(
-            len(p.chunks) for p in prepared if f"{p.record.document_id}\0{p.hash}" not in fresh
+            sizes[r.document_id]
+            for r in records
+            if f"{r.document_id}\0{record_hash(r)}" not in fresh
         )
-        return bulk.should_defer(incoming, total)
+        return bulk.should_defer(incoming, total), total < bulk.DEFER_MIN_CHUNKS
 
     def _embed_ahead(self, batch: Sequence[PreparedRecord]) -> Embedder:
         """Embed the records that look changed before the write transaction opens, so the
@@ -173,7 +208,7 @@ class Writes:
         texts = [
             t for p in batch if seen.get(p.record.document_id) != p.hash for t in p.index_texts
         ]
-        return _Precomputed(self._embedder, texts)
+        return _Precomputed(self._embedder, texts, self._embed_lock)
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
         """Visibility changes at once, in one transaction; deleted content is purged by a job."""
@@ -309,12 +344,17 @@ class _Precomputed:
     """An embedder that answers from vectors computed up front and asks the model only for
     texts it has not seen."""
 
-    def __init__(self, inner: Embedder, texts: Sequence[str]) -> None:
+    def __init__(self, inner: Embedder, texts: Sequence[str], lock: threading.Lock) -> None:
         self._inner = inner
-        unique = list(dict.fromkeys(texts))
+        self._lock = lock
         self._known: dict[str, Any] = {}
-        if unique:
-            self._remember(unique, inner.embed_documents(unique))
+        self._learn(list(dict.fromkeys(texts)))
+
+    def _learn(self, texts: list[str]) -> None:
+        if texts:
+            with self._lock:
+                vectors = self._inner.embed_documents(texts)
+            self._remember(texts, vectors)
 
     def _remember(self, texts: list[str], vectors: Any) -> None:
         if getattr(vectors, "shape", None) != (len(texts), self._inner.dimension):
@@ -335,9 +375,7 @@ class _Precomputed:
         return self._inner.dimension
 
     def embed_documents(self, texts: Sequence[str]) -> Any:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._known))
-        if missing:
-            self._remember(missing, self._inner.embed_documents(missing))
+        self._learn(list(dict.fromkeys(t for t in texts if t not in self._known)))
         if not texts:
             return self._inner.embed_documents([])
         return np.stack([self._known[t] for t in texts])
