@@ -1,0 +1,96 @@
+"""A LangChain retriever over any :class:`~context_search.contract.SearchConnector`.
+
+Install with ``pip install 'context-search[langchain]'``. The service builds one retriever
+per caller (or per request) with that caller's scopes; the model or agent only ever supplies
+query text, so it cannot widen what it sees::
+
+    retriever = ContextSearchRetriever(connector=store, allowed_scopes=["team"], top_k=5)
+    docs = retriever.invoke("when does aurora restart?")
+    docs[0].metadata["citation_id"]   # "runbook-1#0-37"
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+try:
+    from langchain_core.callbacks import (
+        AsyncCallbackManagerForRetrieverRun,
+        CallbackManagerForRetrieverRun,
+    )
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "context_search.integrations.langchain needs langchain-core; "
+        "pip install 'context-search[langchain]'"
+    ) from exc
+from pydantic import ConfigDict, PrivateAttr
+
+from context_search.contract import SearchConnector
+from context_search.integrations.evidence import CallerSearch, search_hits
+
+__all__ = ["ContextSearchRetriever"]
+
+
+class ContextSearchRetriever(BaseRetriever):
+    """Ranked, cited evidence as LangChain ``Document`` objects, searched as one caller.
+
+    Every setting is a field fixed at construction (the model is frozen; ``invoke`` keyword
+    arguments are ignored), because a retriever is handed to code that takes its query text
+    from a model. Scopes are validated when the retriever is built.
+
+    Each ``Document`` has the hit's snippet as ``page_content``, its citation id as ``id``,
+    and in ``metadata``: ``citation_id``, ``doc_id``, ``title``, ``source_uri``,
+    ``source_system``, ``object_type``, ``start_byte``/``end_byte`` (UTF-8 byte span of the
+    snippet in the document body), ``chunk_ordinal``, ``content_id``, ``lifecycle``,
+    ``updated_at``, ``freshness`` (from the response's evidence), ``score`` and
+    ``score_parts`` (see :mod:`context_search.integrations.evidence`).
+
+    Connectors are synchronous, so the async path runs the search in a worker thread
+    (``asyncio.to_thread``): it does not block the event loop, but each concurrent call
+    holds a thread and, on PostgreSQL, a pooled connection.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    connector: SearchConnector
+    allowed_scopes: Sequence[str]
+    top_k: int = 10
+    filters: Mapping[str, Any] = {}
+    include_superseded: bool = False
+    min_score: float | None = None
+    min_similarity: float | None = None
+    require_fresh: bool = False
+
+    _search: CallerSearch = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        self._search = CallerSearch(
+            allowed_scopes=self.allowed_scopes,
+            top_k=self.top_k,
+            filters=self.filters,
+            include_superseded=self.include_superseded,
+            min_score=self.min_score,
+            min_similarity=self.min_similarity,
+            require_fresh=self.require_fresh,
+        )
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        _, pairs = search_hits(self.connector, self._search, query)
+        return [
+            Document(id=meta["citation_id"], page_content=hit.snippet, metadata=meta)
+            for hit, meta in pairs
+        ]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        return await asyncio.to_thread(
+            self._get_relevant_documents, query, run_manager=run_manager.get_sync()
+        )
