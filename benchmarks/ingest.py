@@ -97,6 +97,83 @@ def _once(dsn: str, records: list[Any], embedder: Any) -> tuple[float, int, dict
     return wall, report.chunks_written, {k: round(v, 2) for k, v in phases.items()}
 
 
+def _timed_searches(store: Any, queries: list[str], scope: str) -> list[float]:
+    from context_search import SearchQuery
+
+    out = []
+    for q in queries:
+        t0 = time.perf_counter()
+        store.search(SearchQuery(query=q, allowed_scopes=[scope]))
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _searching(
+    dsn: str, records: list[Any], embedder: Any, queries: list[str], later_s: float
+) -> dict[str, Any]:
+    """A second load of the same records with one client searching all along (a search ends
+    before the next starts), then the same searches once the load returned."""
+    import statistics
+    import threading
+
+    from context_search import SearchQuery
+
+    scope = records[0].permission_scope
+    drop_index(dsn, SCHEMA)
+    during: list[float] = []
+    errors: list[str] = []
+    with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCHEMA) as store:
+        for q in queries:
+            embedder.embed_query(q)  # vectors cached: only the database is timed
+        done = threading.Event()
+
+        def search_loop() -> None:
+            i = 0
+            while not done.is_set():
+                q = SearchQuery(query=queries[i % len(queries)], allowed_scopes=[scope])
+                t0 = time.perf_counter()
+                try:
+                    store.search(q)
+                    during.append(time.perf_counter() - t0)
+                except Exception as exc:  # counted, reported
+                    errors.append(type(exc).__name__)
+                i += 1
+
+        searcher = threading.Thread(target=search_loop)
+        t0 = time.perf_counter()
+        searcher.start()
+        report = store.upsert(records, batch_size=512)
+        wall = time.perf_counter() - t0
+        done.set()
+        searcher.join()
+        sample = queries[: max(len(during), 50)]
+        after = _timed_searches(store, sample, scope)
+        time.sleep(later_s)  # autovacuum and caches have had their minute
+        later = _timed_searches(store, sample, scope)
+    drop_index(dsn, SCHEMA)
+
+    def ms(values: list[float], pct: float) -> float | None:
+        if not values:
+            return None
+        if pct == 50:
+            return round(1000 * statistics.median(values), 1)
+        return round(1000 * sorted(values)[min(len(values) - 1, int(pct / 100 * len(values)))], 1)
+
+    return {
+        "chunks": report.chunks_written,
+        "seconds": round(wall, 2),
+        "searches_during": len(during),
+        "failed_searches": len(errors),
+        "during_p50_ms": ms(during, 50),
+        "during_p95_ms": ms(during, 95),
+        "after_p50_ms": ms(after, 50),
+        "after_p95_ms": ms(after, 95),
+        "later_s": later_s,
+        "later_p50_ms": ms(later, 50),
+        "later_p95_ms": ms(later, 95),
+    }
+
+
 def _naive(dsn: str, records: list[Any], embedder: Any, settings: Any) -> dict[str, Any]:
     """The naive table from the same chunk texts and vectors (cut and embedded untimed)."""
     texts: list[str] = []
@@ -185,6 +262,9 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, sample: int = 500)
     drop_index(dsn, SCHEMA)
     naive = _naive(dsn, records, embedder, settings)
     log(f"ingest naive: {naive}")
+    queries = list(data.queries.values())[:200]
+    searching = _searching(dsn, records, embedder, queries, later_s=60.0 if sample >= 100 else 0.0)
+    log(f"ingest with a searching client: {searching}")
     # End to end: a fresh, uncached embedder on a sample.
     fresh = CachedEmbedder(embedder.inner, cache_dir=Path(tempfile.mkdtemp()))
     sub = records[:sample]
@@ -206,6 +286,7 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, sample: int = 500)
         "precomputed": pre,
         "row_path": row,
         "naive": naive,
+        "searching": searching,
         "end_to_end": e2e,
         "ratios": {
             "ours / naive (chunks/s)": round(pre["chunks_per_s"] / naive["chunks_per_s"], 2),
@@ -215,6 +296,7 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, sample: int = 500)
             "precomputed >= 5000 chunks/s": pre["chunks_per_s"] >= 5000,
             "precomputed >= naive table": pre["chunks_per_s"] >= naive["chunks_per_s"],
             "database share < 10%": e2e["non_embedder_share"] < 0.10,
+            "0 failed searches during the load": searching["failed_searches"] == 0,
         },
     }
 
@@ -265,6 +347,7 @@ def markdown(result: dict[str, Any]) -> str:
         ],
     ]
     targets = ", ".join(f"{k}: {'met' if v else 'missed'}" for k, v in result["targets"].items())
+    sr = result["searching"]
     ratios = ", ".join(f"{k} {v}" for k, v in result["ratios"].items())
     return (
         f"### Ingestion\n\n{header(result)}\n\n"
@@ -272,6 +355,12 @@ def markdown(result: dict[str, Any]) -> str:
             rows, ["mode", "documents", "chunks", "seconds", "chunks/s", "outside embedder"]
         )
         + f"\n\nRatios (same run, same server): {ratios}.\n\n"
+        + "Searches during the load (one client, one search at a time, query vectors "
+        + f"cached): {sr['searches_during']} searches, {sr['failed_searches']} failed, "
+        + f"p50 {sr['during_p50_ms']} / p95 {sr['during_p95_ms']} ms; the same queries "
+        + f"right after the load returned: p50 {sr['after_p50_ms']} / p95 "
+        + f"{sr['after_p95_ms']} ms, {sr['later_s']:.0f} s later: p50 {sr['later_p50_ms']} / "
+        + f"p95 {sr['later_p95_ms']} ms (that load took {sr['seconds']} s).\n\n"
         + f"Where the time goes — ours: {_phases(pre['phases'])}; row path: "
         + f"{_phases(row['phases'])}; naive: {_phases(naive['phases'])}.\n\n"
         + f"Targets: {targets}."

@@ -303,6 +303,9 @@ def defer_index_builds(
             rows = _count(raw)
             for name in names:
                 _build(raw, name, definitions.get(name), rows, dimension)
+            # Planner statistics right after the load, not when autovacuum gets to it: the
+            # first searches plan with the real table sizes and term distribution.
+            raw.execute("ANALYZE documents, chunks, postings, term_stats, scope_stats")
 
 
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
