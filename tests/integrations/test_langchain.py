@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import subprocess
 import sys
+from collections.abc import Sequence
 
 import pytest
 from langchain_core.documents import Document
@@ -13,9 +14,11 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ValidationError
 
 from context_search import InMemorySearchConnector, SearchConnector
+from context_search.contract import EvidenceHit
 from context_search.errors import InvalidQueryError
 from context_search.integrations.langchain import ContextSearchRetriever
-from tests.integrations.conftest import RESTRICTED, TEAM, load
+from context_search.rerank import RerankingConnector
+from tests.integrations.conftest import RESTRICTED, RUNBOOK, TEAM, load
 from tests.integrations.scenarios import check_restricted_caller, check_team_caller
 
 
@@ -97,3 +100,17 @@ def test_the_package_does_not_import_the_frameworks() -> None:
         "assert not {'langchain_core', 'llama_index'} & set(sys.modules), sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class _Length:
+    """A deterministic stand-in reranker: shorter snippets first."""
+
+    def rerank(self, query: str, hits: Sequence[EvidenceHit]) -> list[float]:
+        return [-float(len(h.snippet)) for h in hits]
+
+
+def test_over_a_reranking_connector(connector: SearchConnector) -> None:
+    reranked = RerankingConnector(connector, _Length(), top_n=5)
+    docs = ContextSearchRetriever(connector=reranked, allowed_scopes=[TEAM]).invoke("aurora")
+    check_team_caller(connector, _pairs(docs))
+    assert docs[0].metadata["score_parts"]["rerank_score"] == -float(len(RUNBOOK))

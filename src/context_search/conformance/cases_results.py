@@ -16,6 +16,7 @@ from context_search.contract import (
     content_id_for,
 )
 from context_search.fusion import fuse_from_params
+from context_search.rerank import final_order
 
 
 def _q(text: str, **kw: object) -> SearchQuery:
@@ -87,7 +88,7 @@ def rank_log_reproduces_order(c: SearchConnector) -> None:
     check(len(log.entries) >= len(resp.hits), "rank_log has fewer entries than hits")
     for (doc_id, fused), e in zip(_recompute(log), log.entries, strict=True):
         check(abs(fused - e.fused) < 1e-6, f"{doc_id}: fused {e.fused} != recomputed {fused}")
-    order = sorted(log.entries, key=lambda e: (-e.fused, e.doc_id))
+    order = final_order(log)  # fused order, or a reranking stage's when the log has one
     ranked = [e.doc_id for e in order if e.final_rank is not None]
     check(
         ranked[: len(resp.hits)] == [h.doc_id for h in resp.hits],

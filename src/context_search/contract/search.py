@@ -63,6 +63,9 @@ class ScoreParts:
     vector_rank: int | None
     vector_similarity: float | None
     fused: float
+    #: The reranking stage's score, for hits it reordered (``None``: no reranking stage,
+    #: or the hit was below its top N). ``EvidenceHit.score`` stays the fused score.
+    rerank_score: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +106,8 @@ class RankLogEntry:
     vector_similarity: float | None
     fused: float
     final_rank: int | None
+    #: Set on the candidates a reranking stage scored (see :class:`RankLog`).
+    rerank_score: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,7 +118,10 @@ class RankLog:
     (fused = w·lexical_norm + (1-w)·v·vector_similarity, lexical normalised by the pool
     maximum), where ``v`` is ``params["vector_weight"]`` (1 unless ``notes`` say otherwise).
     Final order: fused descending, then doc_id ascending; entries below ``min_score`` have
-    ``final_rank=None``.
+    ``final_rank=None``. With a reranking stage (``params["rerank_top_n"]``), the entries
+    carrying a ``rerank_score`` (the first N passing candidates in that order) come first,
+    by ``rerank_score`` descending, ties in fused order; the rest keep fused order (see
+    :func:`context_search.rerank.final_order`).
     """
 
     method: Literal["rrf", "convex"]
