@@ -221,3 +221,22 @@ def test_bad_connector_settings_are_invalid_config(settings: dict[str, Any]) -> 
         PostgresSearchConnector.open("postgresql://unused", embedder=HashingEmbedder(), **settings)
     assert caught.value.code == "INVALID_CONFIG"
     assert caught.value.details["field"] in ("pool_size", "planner_settings")
+
+
+def test_stage_timings_only_when_asked(context_search_dsn: str, context_search_schema: str) -> None:
+    with _open(context_search_dsn, context_search_schema, HashingEmbedder()) as store:
+        store.upsert(_records(5))
+        assert store.search(QUERY).stats.timings is None
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        embedder=HashingEmbedder(),
+        schema=context_search_schema,
+        stage_timings=True,
+    ) as store:
+        t = store.search(QUERY).stats.timings
+        assert t is not None and not t.embed_cached
+        stages = (t.embed_ms, t.connect_ms, t.statement_ms, t.evidence_ms, t.commit_ms)
+        assert all(x >= 0 for x in stages) and t.statement_ms > 0
+        assert t.total_ms >= sum(stages) + t.assembly_ms - 0.01
+        again = store.search(QUERY).stats.timings
+        assert again is not None and again.embed_cached

@@ -67,6 +67,7 @@ from context_search.postgres.search import (
 from context_search.postgres.server import resolve_server
 from context_search.postgres.session import ReadSessions, validate_planner_settings
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
+from context_search.postgres.statistics import refresh_statistics
 from context_search.postgres.writes import Writes
 from context_search.responses import assemble_explanation, assemble_response
 from context_search.validation import ValidQuery, validate_doc_id, validate_query, validate_scopes
@@ -292,10 +293,15 @@ class PostgresSearchConnector:
         transactions of a call that succeeded.
         ``defer_indexing``: store now, chunk and embed in an index job (:meth:`reindex`,
         ``context-search reindex``) — evidence reports such documents ``pending``.
+        A call that wrote many chunks (1,000 and a tenth of the index or more) analyzes the
+        search's tables before it returns, so searches right after a load are planned for
+        its size.
         """
-        return self._writes.upsert(
+        report = self._writes.upsert(
             records, defer_indexing=defer_indexing, batch_size=batch_size, progress=progress
         )
+        refresh_statistics(self._engine, report.chunks_written)
+        return report
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
         """Visibility changes at once, in one transaction; deleted content is purged by a job."""
