@@ -17,6 +17,7 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -127,13 +128,26 @@ class Writes:
         outcomes: list[tuple[str, RecordOutcome]] = []
         chunks = embeddings = batches = 0
         starts = range(0, len(valid), batch_size)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-search-upsert") as ahead:
+        # One batch: nothing to overlap, and no thread hand-off on a small write's path.
+        single = len(valid) <= batch_size
+        with (
+            nullcontext(None)
+            if single
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-search-upsert")
+        ) as ahead:
 
             def submit(start: int) -> Future[tuple[list[PreparedRecord], Embedder]] | None:
                 if start >= len(valid):
                     return None
                 rows = valid[start : start + batch_size]
-                return ahead.submit(self._stage, rows, start, defer_indexing)
+                if ahead is not None:
+                    return ahead.submit(self._stage, rows, start, defer_indexing)
+                done: Future[tuple[list[PreparedRecord], Embedder]] = Future()
+                try:
+                    done.set_result(self._stage(rows, start, defer_indexing))
+                except BaseException as exc:
+                    done.set_exception(exc)
+                return done
 
             pending = submit(0)
             try:
