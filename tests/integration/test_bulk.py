@@ -4,6 +4,7 @@ supersedes in the same batch, counters equal to a recount, scope security."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -282,19 +283,46 @@ def test_large_load_builds_the_vector_index_afterwards_and_searches_stay_correct
     assert all(valid for valid, _ in during)
 
 
-def test_missing_vector_index_is_rebuilt(
+def _kill_mid_load(dsn: str, schema: str) -> None:
+    """What a process killed between a load's index drop and its build leaves behind."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
+        definitions = dict(
+            conn.execute(
+                "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = ANY(%s)",
+                (schema, list(bulk.DEFERRABLE)),
+            ).fetchall()
+        )
+        note = bulk._MARKER + json.dumps(definitions)
+        conn.execute(sql.SQL("COMMENT ON TABLE chunks IS {}").format(sql.Literal(note)))
+        for name in definitions:
+            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+
+
+def test_indexes_a_killed_load_left_missing_are_rebuilt(
     context_search_dsn: str, context_search_schema: str, store: PostgresSearchConnector
 ) -> None:
     store.upsert([_doc(i) for i in range(5)])
     assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
+    _kill_mid_load(context_search_dsn, context_search_schema)
+    assert not _vector_index_valid(context_search_dsn, context_search_schema)
+    built = bulk.ensure_indexes(store.engine, store.index_settings.dimension)
+    assert sorted(built) == sorted(bulk.DEFERRABLE)
+    assert _vector_index_valid(context_search_dsn, context_search_schema)
+    assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
+
+
+def test_an_index_dropped_on_purpose_stays_dropped(
+    context_search_dsn: str, context_search_schema: str, store: PostgresSearchConnector
+) -> None:
     with psycopg.connect(context_search_dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP INDEX {}.{}").format(
-                sql.Identifier(context_search_schema), sql.Identifier(bulk.VECTOR_INDEX)
+                sql.Identifier(context_search_schema), sql.Identifier("ix_chunks_tsv_gin")
             )
         )
-    assert bulk.ensure_indexes(store.engine, store.index_settings.dimension) == [bulk.VECTOR_INDEX]
-    assert _vector_index_valid(context_search_dsn, context_search_schema)
     assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
 
 
@@ -390,6 +418,22 @@ def test_initial_load_builds_the_search_indexes_afterwards(
     assert [n for n, _ in during] == [0, 0, 0]
     assert all(ids[:1] == ["b00003"] for _, ids in during[1:])  # searches stay right
     assert _one(context_search_dsn, context_search_schema, present) == 3
+    note = "SELECT obj_description(CAST('chunks' AS regclass), 'pg_class') IS NULL"
+    assert _one(context_search_dsn, context_search_schema, note)  # nothing left to rebuild
     _consistent(store)
     hits = store.search(SearchQuery(query="Bulk record 77", allowed_scopes=["team"])).hits
     assert hits[0].doc_id == "b00077"
+
+
+def test_opening_the_index_rebuilds_indexes_a_killed_load_left_missing(
+    context_search_dsn: str, context_search_schema: str, store: PostgresSearchConnector
+) -> None:
+    store.upsert([_doc(i) for i in range(5)])
+    _kill_mid_load(context_search_dsn, context_search_schema)
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
+    ) as reopened:
+        assert _vector_index_valid(context_search_dsn, context_search_schema)
+        assert not bulk.ensure_indexes(reopened.engine, reopened.index_settings.dimension)
+        hits = reopened.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
+        assert hits[0].doc_id == "b00003"

@@ -16,12 +16,15 @@ transaction, so neither blocks readers or other writers; a load into an empty in
 same with the lexical search indexes (GIN on ``tsv``, postings by lexeme and impact).
 Meanwhile searches stay correct: the vector arm computes exact distances, the lexical stage
 reads the tables (slower as the load grows). A session advisory lock marks a load in
-progress; :func:`ensure_indexes` rebuilds an index that a crashed load left missing or
-invalid, unless a load still holds that lock.
+progress, and the dropped indexes' definitions stay noted in the comment of ``chunks`` until
+they are built again: :func:`ensure_indexes` (run whenever a connector opens the index)
+rebuilds what a killed load left missing, or a failed build left invalid, unless a load
+still holds the lock. An index dropped by anything else (a migration) stays dropped.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import struct
@@ -32,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import psutil  # type: ignore[import-untyped]
 import psycopg
+import psycopg.sql
 from psycopg.adapt import Dumper, PyFormat
 from psycopg.pq import Format
 from sqlalchemy import Connection, Engine, text
@@ -61,19 +65,13 @@ COPY_MIN_CHUNKS = 200
 DEFER_MIN_CHUNKS = 2000
 DEFER_RATIO = 0.25
 
-#: Search-only indexes a large load may build afterwards, as the migrations create them (used
-#: when a crashed load left one missing; otherwise the definition read before the drop).
+#: Search-only indexes a large load may build afterwards. Their definitions are read from the
+#: catalog before the drop and kept in the comment of ``chunks`` until they are built again,
+#: so a process killed in between leaves a note of exactly what to rebuild.
 VECTOR_INDEX = "ix_chunks_embedding_hnsw"
 LEXICAL_INDEXES = ("ix_chunks_tsv_gin", "ix_postings_lexeme_impact")
-DEFERRABLE = {
-    VECTOR_INDEX: "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_chunks_embedding_hnsw ON chunks "
-    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
-    "ix_chunks_tsv_gin": "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_chunks_tsv_gin ON chunks "
-    "USING gin (tsv)",
-    "ix_postings_lexeme_impact": "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
-    "ix_postings_lexeme_impact ON postings (lexeme, impact DESC) "
-    "INCLUDE (chunk_id, permission_scope, lifecycle)",
-}
+DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
+_MARKER = "context-search deferred index builds: "
 
 _STAGE = "pg_temp.cs_stage_chunks"
 _CREATE_STAGE = text(
@@ -232,15 +230,13 @@ def _states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
     return {str(r[0]): (str(r[1]), bool(r[2])) for r in rows}
 
 
-def _build(raw: Any, name: str, definition: str | None, rows: int, dimension: int) -> None:
+def _build(raw: Any, name: str, definition: str, rows: int, dimension: int) -> None:
     """Build one index with ``CREATE INDEX CONCURRENTLY`` (readers and writers go on)."""
     mem_mb, workers = _build_settings(rows, dimension)
     raw.execute(f"SET maintenance_work_mem = '{mem_mb}MB'")
     raw.execute(f"SET max_parallel_maintenance_workers = {workers}")
     raw.execute("SET statement_timeout = 0")
-    ddl = DEFERRABLE[name]
-    if definition is not None and definition.startswith("CREATE INDEX "):
-        ddl = "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + definition.removeprefix("CREATE INDEX ")
+    ddl = "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + definition.removeprefix("CREATE INDEX ")
     try:
         raw.execute(ddl)
     finally:
@@ -250,6 +246,20 @@ def _build(raw: Any, name: str, definition: str | None, rows: int, dimension: in
     state = _states(raw, [name]).get(name)
     if state is not None and not state[1]:  # a failed concurrent build leaves it invalid
         raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+
+
+def _note(raw: Any, definitions: dict[str, str] | None) -> None:
+    """Record (or clear) the indexes a load dropped, in the comment of ``chunks``."""
+    value = None if definitions is None else _MARKER + json.dumps(definitions, sort_keys=True)
+    raw.execute(psycopg.sql.SQL("COMMENT ON TABLE chunks IS {}").format(psycopg.sql.Literal(value)))
+
+
+def _noted(raw: Any) -> dict[str, str]:
+    row = raw.execute("SELECT obj_description(CAST('chunks' AS regclass), 'pg_class')").fetchone()
+    text_ = row[0] if row else None
+    if not text_ or not str(text_).startswith(_MARKER):
+        return {}
+    return {str(k): str(v) for k, v in json.loads(str(text_)[len(_MARKER) :]).items()}
 
 
 @contextmanager
@@ -295,41 +305,52 @@ def defer_index_builds(
             yield  # another load builds the indexes when it finishes
             return
         definitions = {n: d for n, (d, _) in _states(raw, names).items()}
-        for name in names:
+        if not definitions:
+            yield
+            return
+        _note(raw, {**_noted(raw), **definitions})
+        for name in definitions:
             raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         try:
             yield
         finally:
             rows = _count(raw)
-            for name in names:
-                _build(raw, name, definitions.get(name), rows, dimension)
+            for name, definition in definitions.items():
+                _build(raw, name, definition, rows, dimension)
+            if all(s[1] for s in _states(raw, list(definitions)).values()):
+                _note(raw, None)
             # Planner statistics right after the load, not when autovacuum gets to it: the
             # first searches plan with the real table sizes and term distribution.
             raw.execute("ANALYZE documents, chunks, postings, term_stats, scope_stats")
 
 
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
-    """Build the search indexes a load killed between its drop and its build left missing
-    or invalid, unless a load is running. Returns the names built."""
+    """Build the search indexes that a load killed between its drop and its build left
+    missing (as noted in the comment of ``chunks``) or that a failed build left invalid,
+    unless a load is running. Returns the names built."""
     with translate_errors("ensure indexes"), engine.connect() as sa_conn:
         raw = sa_conn.connection.driver_connection
         assert raw is not None
-        states = _states(raw, list(DEFERRABLE))
+        noted = _noted(raw)
+        invalid = [n for n, (_, valid) in _states(raw, DEFERRABLE).items() if not valid]
         raw.rollback()
-    if all(n in states and states[n][1] for n in DEFERRABLE):
+    if not noted and not invalid:
         return []
     built: list[str] = []
     with _ddl_session(engine, "ensure indexes") as raw:
         if raw is None:
             return []  # a load in progress builds them at its end
-        states = _states(raw, list(DEFERRABLE))
+        states = _states(raw, DEFERRABLE)
+        todo = {n: d for n, (d, valid) in states.items() if not valid}
+        todo.update({n: d for n, d in _noted(raw).items() if n not in states})
         rows = _count(raw)
-        for name in DEFERRABLE:
-            if name in states and states[name][1]:
-                continue
-            if name in states:
-                raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        for name, definition in todo.items():
+            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
             log.warning("building the missing index %s over %d chunks", name, rows)
-            _build(raw, name, None, rows, dimension)
+            _build(raw, name, definition, rows, dimension)
             built.append(name)
+        noted = _noted(raw)
+        now = _states(raw, list(noted))
+        if len(now) == len(noted) and all(valid for _, valid in now.values()):
+            _note(raw, None)
     return built

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, text
 from context_search.contract import index_config_revision
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
+from context_search.postgres.bulk import ensure_indexes
 from context_search.postgres.engine import translate_errors
 from context_search.postgres.ingest import ENQUEUE_INDEX, IndexSettings
 
@@ -123,6 +124,9 @@ def activate_config(
                 conn.execute(
                     ENQUEUE_INDEX, {"ids": stale[start : start + 10_000], "revision": revision}
                 )
+    # A process killed during a large load (between dropping the search indexes and building
+    # them again) leaves them missing; the next process to open the index builds them.
+    ensure_indexes(engine, embedder.dimension)
     return IndexSettings(
         revision=revision,
         config_id=config_id,
