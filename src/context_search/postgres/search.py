@@ -68,8 +68,10 @@ class SearchStatements:
         return SearchLimits(
             pool=pool,
             chunk_pool=self.chunk_pool(),
-            # Chunks scored exactly (best chunk per document fills the lexical pool).
-            lex_chunks=min(1000, pool * 3),
+            # Chunks scored exactly: 1.5 per pooled document fills the lexical pool (best
+            # chunk per document): 99.9 of 100 documents on SciFact with 150 or 300 chunks,
+            # same nDCG@10, ~6 ms less per search at 100k chunks.
+            lex_chunks=min(1000, pool * 3 // 2),
             exact_threshold=self.exact_threshold,
             # Postings per term: the configured bound for queries of up to four terms, then
             # an overall budget of four bounds shared by the terms (never below 100).
