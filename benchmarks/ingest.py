@@ -21,6 +21,7 @@ chunking and Python-side preparation, so it is an upper bound on time in Postgre
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 import time
 from collections import Counter
@@ -231,7 +232,18 @@ def _naive(dsn: str, records: list[Any], embedder: Any, settings: Any) -> dict[s
     }
 
 
-def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, sample: int = 500) -> dict[str, Any]:
+def run(
+    dsn: str,
+    data: Dataset,
+    embedder: CachedEmbedder,
+    *,
+    sample: int = 500,
+    scale_chunks: int | None = None,
+) -> dict[str, Any]:
+    """``scale_chunks`` (default 100,000; none in the tiny smoke run): also load the corpus
+    copied up to about that many chunks, beside the naive table at the same size."""
+    if scale_chunks is None:
+        scale_chunks = 100_000 if sample >= 100 else 0
     records = data.records
     embedder.embed_documents(["warm"])  # load the model outside the timings
     # Precomputed: every chunk's vector is already cached (a first pass fills the cache).
@@ -265,6 +277,28 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, sample: int = 500)
     queries = list(data.queries.values())[:200]
     searching = _searching(dsn, records, embedder, queries, later_s=60.0 if sample >= 100 else 0.0)
     log(f"ingest with a searching client: {searching}")
+    # At scale: the corpus copied under new document ids up to ~100k chunks (same texts, so
+    # the same cached vectors), ours and the naive table again.
+    scaled: dict[str, Any] = {}
+    if scale_chunks:
+        copies = max(2, round(scale_chunks / max(chunks, 1)))
+        big = [
+            dataclasses.replace(r, document_id=f"{r.document_id}~{k}")
+            for k in range(copies)
+            for r in records
+        ]
+        wall_b, chunks_b, phases_b = _once(dsn, big, embedder)
+        scaled = {
+            "copies": copies,
+            "documents": len(big),
+            "chunks": chunks_b,
+            "seconds": round(wall_b, 2),
+            "chunks_per_s": round(chunks_b / wall_b),
+            "phases": phases_b,
+        }
+        log(f"ingest at scale: {scaled}")
+        scaled["naive"] = _naive(dsn, big, embedder, settings)
+        log(f"ingest naive at scale: {scaled['naive']}")
     # End to end: a fresh, uncached embedder on a sample.
     fresh = CachedEmbedder(embedder.inner, cache_dir=Path(tempfile.mkdtemp()))
     sub = records[:sample]
@@ -287,10 +321,20 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, sample: int = 500)
         "row_path": row,
         "naive": naive,
         "searching": searching,
+        "scaled": scaled,
         "end_to_end": e2e,
         "ratios": {
             "ours / naive (chunks/s)": round(pre["chunks_per_s"] / naive["chunks_per_s"], 2),
             "ours / row path (chunks/s)": round(pre["chunks_per_s"] / row["chunks_per_s"], 2),
+            **(
+                {
+                    f"at {scaled['chunks']} chunks, ours / naive": round(
+                        scaled["chunks_per_s"] / scaled["naive"]["chunks_per_s"], 2
+                    )
+                }
+                if scaled
+                else {}
+            ),
         },
         "targets": {
             "precomputed >= 5000 chunks/s": pre["chunks_per_s"] >= 5000,
@@ -337,6 +381,28 @@ def markdown(result: dict[str, Any]) -> str:
             naive["chunks_per_s"],
             "-",
         ],
+        *(
+            [
+                [
+                    f"precomputed, **ours**, corpus x{sc['copies']}",
+                    sc["documents"],
+                    sc["chunks"],
+                    sc["seconds"],
+                    sc["chunks_per_s"],
+                    "-",
+                ],
+                [
+                    f"precomputed, naive table, corpus x{sc['copies']}",
+                    "-",
+                    sc["naive"]["chunks"],
+                    sc["naive"]["seconds"],
+                    sc["naive"]["chunks_per_s"],
+                    "-",
+                ],
+            ]
+            if (sc := result.get("scaled"))
+            else []
+        ),
         [
             f"end to end ({result['embedder']})",
             e2e["documents"],
@@ -362,6 +428,13 @@ def markdown(result: dict[str, Any]) -> str:
         + f"{sr['after_p95_ms']} ms, {sr['later_s']:.0f} s later: p50 {sr['later_p50_ms']} / "
         + f"p95 {sr['later_p95_ms']} ms (that load took {sr['seconds']} s).\n\n"
         + f"Where the time goes — ours: {_phases(pre['phases'])}; row path: "
-        + f"{_phases(row['phases'])}; naive: {_phases(naive['phases'])}.\n\n"
+        + f"{_phases(row['phases'])}; naive: {_phases(naive['phases'])}"
+        + (
+            f"; ours x{sc['copies']}: {_phases(sc['phases'])}; naive x{sc['copies']}: "
+            f"{_phases(sc['naive']['phases'])}"
+            if (sc := result.get("scaled"))
+            else ""
+        )
+        + ".\n\n"
         + f"Targets: {targets}."
     )

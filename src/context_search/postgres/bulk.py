@@ -51,6 +51,7 @@ __all__ = [
     "copy_chunks",
     "defer_index_builds",
     "ensure_indexes",
+    "large_rebuild_queued",
     "should_defer",
 ]
 
@@ -198,6 +199,28 @@ def should_defer(incoming_chunks: int, indexed_chunks: int) -> bool:
 def indexed_chunks(engine: Engine) -> int:
     with translate_errors("upsert"), engine.connect() as conn:
         return int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
+
+
+def large_rebuild_queued(engine: Engine) -> bool:
+    """Whether the queued index jobs rewrite a large part of the index (a configuration
+    change, a large deferred ingestion): then a worker draining them builds the vector index
+    after them."""
+    with translate_errors("reindex"), engine.connect() as conn:
+        jobs = int(
+            conn.execute(
+                text("SELECT count(*) FROM index_jobs WHERE status = 'pending' AND kind = 'index'")
+            ).scalar_one()
+        )
+        if jobs == 0:  # an idle worker's poll stays one cheap statement
+            return False
+        row = conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM chunks) AS chunks, "
+                "(SELECT count(*) FROM documents WHERE lifecycle <> 'deleted') AS docs"
+            )
+        ).one()
+    per_doc = max(1.0, row.chunks / row.docs) if row.docs else 1.0
+    return should_defer(int(jobs * per_doc), int(row.chunks))
 
 
 def _lock_key(conn: Any) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -84,7 +85,9 @@ _UPSERT_DOCS = text(
     + ", ".join(f"{c} = EXCLUDED.{c}" for c in _DOC_COLUMNS if c != "doc_id")
     + ", superseded_by = NULL, indexed_content_id = EXCLUDED.indexed_content_id, "
     "indexed_config_revision = EXCLUDED.indexed_config_revision, "
-    "row_version = documents.row_version + 1, modified_at = now()"
+    "row_version = documents.row_version + 1, modified_at = now() "
+    # xmax = 0: this statement inserted the row (no conflict), so it has no index entries.
+    "RETURNING doc_id, (xmax = 0) AS inserted"
 ).bindparams(bindparam("rows", type_=Text), bindparam("revision", type_=Integer))
 
 #: Deferred indexing: the document changes now, its index entries keep what they were built
@@ -357,8 +360,12 @@ def write_batch(
             for p in changed
         ]
         vectors = embed_sources(sources, embedder, settings)
-        conn.execute(_UPSERT_DOCS, {"rows": rows, "revision": settings.revision})
-        written = replace_chunks(conn, sources, vectors, settings)
+        new = {
+            r.doc_id
+            for r in conn.execute(_UPSERT_DOCS, {"rows": rows, "revision": settings.revision})
+            if r.inserted
+        }
+        written = replace_chunks(conn, sources, vectors, settings, new=new)
     pairs = [(old, p.record.document_id) for p in changed for old in p.record.supersedes]
     if pairs:
         old_ids = [a for a, _ in pairs]
@@ -392,6 +399,8 @@ def replace_chunks(
     sources: Sequence[ChunkSource],
     vectors: np.ndarray[Any, Any],
     settings: IndexSettings,
+    *,
+    new: AbstractSet[str] = frozenset(),
 ) -> int:
     """Swap the index entries of ``sources`` for new ones, statistics and postings included,
     and record what they were built from. Returns the number of chunks written.
@@ -399,8 +408,10 @@ def replace_chunks(
     A batch of at least ``COPY_MIN_CHUNKS`` chunks is streamed with binary COPY and merged
     set-based (:mod:`context_search.postgres.bulk`); a smaller one is one INSERT."""
     ids = [s.doc_id for s in sources]
-    conn.execute(STATS_DELTA, {"ids": ids, "sign": -1})
-    conn.execute(_DELETE_CHUNKS, {"ids": ids})
+    replaced = [i for i in ids if i not in new]
+    if replaced:  # ``new``: documents known to have no entries yet (nothing to look up)
+        conn.execute(STATS_DELTA, {"ids": replaced, "sign": -1})
+        conn.execute(_DELETE_CHUNKS, {"ids": replaced})
     if sum(len(s.chunks) for s in sources) >= COPY_MIN_CHUNKS:
         i = copy_chunks(conn, sources, vectors, settings.revision, settings.text_search_config)
     else:

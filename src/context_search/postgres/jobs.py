@@ -169,25 +169,11 @@ class JobWorker:
     ) -> ReindexReport:
         """Claim and run jobs until none is claimable now (or ``max_jobs`` were claimed)."""
         self._check_config()
-        defer = max_jobs is None and self._large_rebuild()
+        defer = max_jobs is None and bulk.large_rebuild_queued(self._engine)
         with bulk.defer_index_builds(
             self._engine, enabled=defer, dimension=self._settings.dimension
         ):
             return self._drain(max_jobs, progress)
-
-    def _large_rebuild(self) -> bool:
-        """Whether the queued index jobs rewrite a large part of the index (a configuration
-        change, a large deferred ingestion): then the vector index is built after them."""
-        with translate_errors("reindex"), self._engine.connect() as conn:
-            row = conn.execute(
-                text(
-                    "SELECT (SELECT count(*) FROM index_jobs WHERE kind = 'index' "
-                    "AND status = 'pending') AS jobs, (SELECT count(*) FROM chunks) AS chunks, "
-                    "(SELECT count(*) FROM documents WHERE lifecycle <> 'deleted') AS docs"
-                )
-            ).one()
-        per_doc = max(1.0, row.chunks / row.docs) if row.docs else 1.0
-        return bulk.should_defer(int(row.jobs * per_doc), int(row.chunks))
 
     def _drain(self, max_jobs: int | None, progress: JobProgress | None) -> ReindexReport:
         done = retried = failed = taken = 0
