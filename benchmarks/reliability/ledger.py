@@ -74,10 +74,23 @@ class Ledger:
     scope: dict[str, str | None] = field(default_factory=dict)  # doc -> scope (None: deleted)
     version: dict[str, int] = field(default_factory=dict)
     history: dict[str, list[_Event]] = field(default_factory=dict)
+    # Writes called but not yet acknowledged: (t_call, scope). A write commits before its
+    # call returns, so a search may see its result before ``ack``; the state it intends
+    # is possible from the moment it is called. A write that fails stays possible (it may
+    # have committed before the failure reached the client).
+    pending: dict[str, list[tuple[float, str | None]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def intend(self, doc_id: str, scope: str | None, t_call: float) -> None:
+        """Record a write about to be called; call before the connector does."""
+        with self.lock:
+            self.pending.setdefault(doc_id, []).append((t_call, scope))
 
     def ack(self, doc_id: str, scope: str | None, version: int, t_call: float) -> None:
         with self.lock:
+            waiting = self.pending.get(doc_id)
+            if waiting and (t_call, scope) in waiting:
+                waiting.remove((t_call, scope))
             self.scope[doc_id] = scope
             self.version[doc_id] = version
             self.history.setdefault(doc_id, []).append(_Event(t_call, time.monotonic(), scope))
@@ -91,11 +104,13 @@ class Ledger:
         """True when no acknowledged state during [t0, t1] let these scopes see the doc."""
         with self.lock:
             events = list(self.history.get(doc_id, ()))
-        if not events:
-            return True  # never acknowledged at all: must not be findable
+            in_flight = [s for t_call, s in self.pending.get(doc_id, ()) if t_call <= t1]
+        if not events and not in_flight:
+            return True  # never written at all: must not be findable
         settled = [e for e in events if e.t_done <= t0]
         possible = [settled[-1].scope] if settled else []
         possible += [e.scope for e in events if e.t_call <= t1 and e.t_done > t0]
+        possible += in_flight
         return not any(s is not None and s in allowed for s in possible)
 
 

@@ -98,23 +98,28 @@ def run_load(
                     if op < 0.4 or not live:
                         batch = [record(f"L{n + j:06d}", r.choice(SCOPES), 1, r) for j in range(8)]
                         n += 8
+                        for rec in batch:
+                            ledger.intend(rec.document_id, rec.permission_scope, t0)
                         store.upsert(batch, defer_indexing=r.random() < 0.5)
                         ledger.ack_all(batch, t0)
                     elif op < 0.7:
                         d = r.choice(live)
                         v = ledger.version[d] + 1
                         rec = record(d, str(ledger.scope[d]), v, r)
+                        ledger.intend(d, rec.permission_scope, t0)
                         store.upsert([rec], defer_indexing=r.random() < 0.5)
                         ledger.ack(d, rec.permission_scope, v, t0)
                     elif op < 0.85:
                         d = r.choice(live)
                         # The ledger learns of a delete before it is called: searches
                         # overlapping the call may still see it, later ones must not.
+                        ledger.intend(d, None, t0)
                         store.delete_or_supersede(d)
                         ledger.ack(d, None, ledger.version[d], t0)
                     else:
                         d = r.choice(live)
                         new = r.choice([s for s in SCOPES if s != ledger.scope[d]])
+                        ledger.intend(d, new, t0)
                         store.rescope(d, new)
                         ledger.ack(d, new, ledger.version[d], t0)
                     with lock:
