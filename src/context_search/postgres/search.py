@@ -15,14 +15,8 @@ from typing import Any
 from sqlalchemy import Row
 
 from context_search.fusion import FusionSettings
-from context_search.postgres.search_sql import (
-    EVIDENCE_SQL,
-    Explain,
-    SearchLimits,
-    build_filter_sql,
-    hybrid_search_sql,
-    verdicts_sql,
-)
+from context_search.postgres.filter_sql import EVIDENCE_SQL, build_filter_sql, verdicts_sql
+from context_search.postgres.search_sql import Explain, SearchLimits, hybrid_search_sql
 from context_search.postgres.session import SEARCH_TUNING, ReadSession
 from context_search.text import parse_query
 from context_search.validation import ValidQuery
