@@ -65,6 +65,7 @@ from context_search.errors import (
     RetrievalEffectError,
     RetrieverUnconfiguredError,
     RevisionMismatchError,
+    SchemaNotReadyError,
     UnauthorizedError,
 )
 from context_search.knowledge import (
@@ -173,6 +174,7 @@ __all__ = [
     "RetrievedSource",
     "RetrieverUnconfiguredError",
     "RevisionMismatchError",
+    "SchemaNotReadyError",
     "ScoreParts",
     "SearchCapabilityIndex",
     "SearchConnector",

@@ -16,6 +16,7 @@ code                       meaning
 ``INDEX_STALE``            the index does not cover the latest content of a target
 ``REVISION_MISMATCH``      a pinned revision is not the readable one
 ``RETRIEVER_UNCONFIGURED`` no retrieval backend is configured for the request
+``SCHEMA_NOT_READY``       a read-only open found the schema missing or not at the head
 ``BACKEND_UNAVAILABLE``    the database could not be started or reached
 ``BACKEND_ERROR``          the database failed while serving a request
 ``CANCELLED``              the call was cancelled or ran past its time limit
@@ -52,6 +53,7 @@ __all__ = [
     "RetrievalEffectError",
     "RetrieverUnconfiguredError",
     "RevisionMismatchError",
+    "SchemaNotReadyError",
     "UnauthorizedError",
     "error_class_for",
 ]
@@ -153,6 +155,16 @@ class RevisionMismatchError(ContextSearchError):
 class RetrieverUnconfiguredError(ContextSearchError):
     code = "RETRIEVER_UNCONFIGURED"
     hint = "open the index with its configured embedder and settings, or configure a retriever"
+
+
+class SchemaNotReadyError(ContextSearchError):
+    """A read-only connector found no index schema, or one at another migration revision
+    than this package's head; ``details``: ``schema``, ``current`` (``None``: missing),
+    ``head``, ``reason`` (``missing`` / ``behind`` / ``unknown``). Nothing was created or
+    migrated: a read-only open never writes."""
+
+    code = "SCHEMA_NOT_READY"
+    hint = "run `context-search migrate` (or open a writer) against the primary, then retry"
 
 
 class BackendUnavailableError(ContextSearchError, ConnectionError):

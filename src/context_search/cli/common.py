@@ -118,13 +118,18 @@ def open_store(
     *,
     reconfigure: bool = False,
     stage_timings: bool = False,
+    read_only: bool = False,
 ) -> Iterator[PostgresSearchConnector]:
+    """The store for one command. Read commands pass ``read_only``: they never create or
+    migrate a schema (a mistyped ``--schema`` is ``SCHEMA_NOT_READY``, not a new empty
+    index) and work against a hot standby or with a role that may only read."""
     with PostgresSearchConnector.open(
         dsn,
         embedder=make_embedder(embedder),
         schema=schema,
         reconfigure=reconfigure,
         stage_timings=stage_timings,
+        read_only=read_only,
     ) as store:
         yield store
 

@@ -158,7 +158,7 @@ def status(
     with cli_errors(as_json=as_json, verbose=verbose):
         validate_schema(schema)
         server = resolve_server(dsn)
-        engine = create_store_engine(server.dsn, schema=schema)
+        engine = create_store_engine(server.dsn, schema=schema, read_only=True)
         try:
             revision = current_revision(engine, schema=schema)
             st = queue_status(engine) if revision is not None else None

@@ -9,7 +9,7 @@ re-embedding, and until the jobs ran the evidence says so.
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from context_search.contract import index_config_revision
 from context_search.embedding import Embedder
@@ -18,7 +18,7 @@ from context_search.postgres.bulk import ensure_indexes
 from context_search.postgres.engine import translate_errors
 from context_search.postgres.ingest import ENQUEUE_INDEX, IndexSettings
 
-__all__ = ["activate_config"]
+__all__ = ["activate_config", "read_active_config"]
 
 
 def activate_config(
@@ -36,32 +36,7 @@ def activate_config(
     """
     with translate_errors("activate index configuration"), engine.begin() as conn:
         conn.execute(text("LOCK TABLE index_configs IN SHARE ROW EXCLUSIVE MODE"))
-        dim = conn.execute(
-            text(
-                "SELECT atttypmod FROM pg_attribute WHERE attrelid = CAST('chunks' AS regclass) "
-                "AND attname = 'embedding'"
-            )
-        ).scalar()
-        if dim != embedder.dimension:
-            raise RetrieverUnconfiguredError(
-                f"embedder {embedder.model_id} has dimension {embedder.dimension}, but this "
-                f"schema stores vectors of dimension {dim}; use another schema",
-                details={"expected": dim, "got": embedder.dimension},
-            )
-        if (
-            conn.execute(
-                text("SELECT 1 FROM pg_ts_config WHERE cfgname = :c"), {"c": ts_config}
-            ).scalar()
-            is None
-        ):
-            raise RetrieverUnconfiguredError(f"unknown text search configuration {ts_config!r}")
-        config_id = index_config_revision(
-            embedding_model=embedder.model_id,
-            dimension=embedder.dimension,
-            chunk_bytes=chunk_bytes,
-            chunk_overlap=chunk_overlap,
-            text_search_config=ts_config,
-        )
+        config_id = _requested_config(conn, embedder, chunk_bytes, chunk_overlap, ts_config)
         row = conn.execute(
             text("SELECT revision, active FROM index_configs WHERE config_id = :c"),
             {"c": config_id},
@@ -72,12 +47,7 @@ def activate_config(
         if row is not None and row.active:
             revision = int(row.revision)
         elif active is not None and not reconfigure:
-            raise RetrieverUnconfiguredError(
-                f"this index is configured for {active.embedding_model} with other chunking or "
-                "text-search settings; open it with the same settings, or pass "
-                "reconfigure=True to re-embed everything under these",
-                details={"active_config": active.config_id, "requested_config": config_id},
-            )
+            raise _other_config(active.embedding_model, active.config_id, config_id)
         else:
             conn.execute(text("UPDATE index_configs SET active = false WHERE active"))
             if row is not None:  # back to an earlier configuration: its entries count again
@@ -135,4 +105,80 @@ def activate_config(
         chunk_bytes=chunk_bytes,
         chunk_overlap=chunk_overlap,
         text_search_config=ts_config,
+    )
+
+
+def read_active_config(
+    engine: Engine, embedder: Embedder, chunk_bytes: int, chunk_overlap: int, ts_config: str
+) -> IndexSettings:
+    """The active configuration, read without writing anything: a read-only connector (a
+    hot standby, a role with SELECT only) cannot activate or repair, so the configuration
+    must already be active and equal to the requested one (``RETRIEVER_UNCONFIGURED``
+    otherwise, like a writer opened with other settings)."""
+    with (
+        translate_errors("read index configuration"),
+        engine.connect().execution_options(postgresql_readonly=True) as conn,
+        conn.begin(),
+    ):
+        config_id = _requested_config(conn, embedder, chunk_bytes, chunk_overlap, ts_config)
+        active = conn.execute(
+            text("SELECT revision, config_id, embedding_model FROM index_configs WHERE active")
+        ).one_or_none()
+    if active is None:
+        raise RetrieverUnconfiguredError(
+            "no index configuration is active in this schema yet: ingest through a writable "
+            "connector first",
+            details={"requested_config": config_id},
+        )
+    if active.config_id != config_id:
+        raise _other_config(active.embedding_model, active.config_id, config_id)
+    return IndexSettings(
+        revision=int(active.revision),
+        config_id=config_id,
+        embedding_model=embedder.model_id,
+        dimension=embedder.dimension,
+        chunk_bytes=chunk_bytes,
+        chunk_overlap=chunk_overlap,
+        text_search_config=ts_config,
+    )
+
+
+def _requested_config(
+    conn: Connection, embedder: Embedder, chunk_bytes: int, chunk_overlap: int, ts_config: str
+) -> str:
+    """The config id these settings stand for, after checking the schema can hold them."""
+    dim = conn.execute(
+        text(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = CAST('chunks' AS regclass) "
+            "AND attname = 'embedding'"
+        )
+    ).scalar()
+    if dim != embedder.dimension:
+        raise RetrieverUnconfiguredError(
+            f"embedder {embedder.model_id} has dimension {embedder.dimension}, but this "
+            f"schema stores vectors of dimension {dim}; use another schema",
+            details={"expected": dim, "got": embedder.dimension},
+        )
+    if (
+        conn.execute(
+            text("SELECT 1 FROM pg_ts_config WHERE cfgname = :c"), {"c": ts_config}
+        ).scalar()
+        is None
+    ):
+        raise RetrieverUnconfiguredError(f"unknown text search configuration {ts_config!r}")
+    return index_config_revision(
+        embedding_model=embedder.model_id,
+        dimension=embedder.dimension,
+        chunk_bytes=chunk_bytes,
+        chunk_overlap=chunk_overlap,
+        text_search_config=ts_config,
+    )
+
+
+def _other_config(model: str, active: str, requested: str) -> RetrieverUnconfiguredError:
+    return RetrieverUnconfiguredError(
+        f"this index is configured for {model} with other chunking or "
+        "text-search settings; open it with the same settings, or pass "
+        "reconfigure=True to re-embed everything under these",
+        details={"active_config": active, "requested_config": requested},
     )

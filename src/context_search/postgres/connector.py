@@ -46,15 +46,16 @@ from context_search.embedding import (
     default_embedder,
     embedder_scripts,
 )
-from context_search.errors import InvalidConfigError, NotFoundError
+from context_search.errors import InvalidConfigError, NotFoundError, UnauthorizedError
 from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.postgres.cancel import Cancellation
-from context_search.postgres.config import activate_config
+from context_search.postgres.config import activate_config, read_active_config
 from context_search.postgres.engine import (
     ConnectionSettings,
     close_store_engine,
     create_store_engine,
     migrate,
+    require_head,
 )
 from context_search.postgres.ingest import IndexSettings, ProgressCallback
 from context_search.postgres.jobs import JobProgress, JobWorker
@@ -137,8 +138,10 @@ class PostgresSearchConnector:
         connection: ConnectionSettings | None = None,
         query_cache_size: int = 1024,
         stage_timings: bool = False,
+        read_only: bool = False,
     ) -> None:
         self._engine = engine
+        self._read_only = read_only
         self._schema = schema
         self._embedder = (
             embedder if isinstance(embedder, GuardedEmbedder) else GuardedEmbedder(embedder)
@@ -169,7 +172,8 @@ class PostgresSearchConnector:
         *,
         embedder: Embedder | None = None,
         schema: str | None = None,
-        auto_migrate: bool = True,
+        read_only: bool = False,
+        auto_migrate: bool | None = None,
         fusion: Literal["rrf", "convex"] = "rrf",
         rrf_k: int = 60,
         lexical_weight: float = 0.5,
@@ -212,10 +216,23 @@ class PostgresSearchConnector:
         statement, evidence, commit, assembly) for the service's logs; off by default, so
         two answers to the same question are identical data.
 
+        ``read_only=True`` (a hot standby, a role with only ``SELECT`` and the reader role):
+        no DDL and no writes, enforced by the server (``default_transaction_read_only``). The
+        schema must be at this package's head (``SCHEMA_NOT_READY`` otherwise: missing,
+        behind or unknown) and its active configuration equal to these settings
+        (``RETRIEVER_UNCONFIGURED``); write methods raise ``UNAUTHORIZED``. Otherwise the
+        schema is migrated on open unless ``auto_migrate=False`` (``auto_migrate=True`` or
+        ``reconfigure=True`` with ``read_only=True`` is ``INVALID_CONFIG``).
+
         Malformed ``pool_size`` or ``planner_settings`` raise ``INVALID_CONFIG`` before any
         connection is made.
         """
         schema = validate_schema(schema or DEFAULT_SCHEMA)
+        if read_only and (auto_migrate or reconfigure):
+            raise InvalidConfigError(
+                "a read_only connector cannot migrate or reconfigure the index",
+                details={"field": "auto_migrate" if auto_migrate else "reconfigure"},
+            )
         planner = validate_planner_settings(planner_settings)
         if not 1 <= pool_size <= 1000:
             raise InvalidConfigError(
@@ -224,13 +241,21 @@ class PostgresSearchConnector:
         handle = resolve_server(dsn)
         embedder = embedder or default_embedder()
         connection = connection or ConnectionSettings()
-        engine = create_store_engine(handle.dsn, schema=schema, connection=connection)
+        engine = create_store_engine(
+            handle.dsn, schema=schema, connection=connection, read_only=read_only
+        )
         try:
-            if auto_migrate:
-                migrate(engine, schema=schema, dimension=embedder.dimension)
-            settings = activate_config(
-                engine, embedder, chunk_bytes, chunk_overlap, text_search_config, reconfigure
-            )
+            if read_only:
+                require_head(engine, schema=schema)
+                settings = read_active_config(
+                    engine, embedder, chunk_bytes, chunk_overlap, text_search_config
+                )
+            else:
+                if auto_migrate is not False:
+                    migrate(engine, schema=schema, dimension=embedder.dimension)
+                settings = activate_config(
+                    engine, embedder, chunk_bytes, chunk_overlap, text_search_config, reconfigure
+                )
         except BaseException:
             close_store_engine(engine)
             raise
@@ -249,6 +274,7 @@ class PostgresSearchConnector:
             connection=connection,
             query_cache_size=query_cache_size,
             stage_timings=stage_timings,
+            read_only=read_only,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -272,6 +298,17 @@ class PostgresSearchConnector:
     @property
     def index_settings(self) -> IndexSettings:
         return self._settings
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    def _writable(self, action: str) -> None:
+        """Refuse a write on a read-only connector before anything is prepared or sent."""
+        if self._read_only:
+            raise UnauthorizedError(
+                f"{action}: this connector was opened read_only", details={"action": action}
+            )
 
     # -- write side -------------------------------------------------------------------------
 
@@ -297,6 +334,7 @@ class PostgresSearchConnector:
         search's tables before it returns, so searches right after a load are planned for
         its size.
         """
+        self._writable("upsert")
         report = self._writes.upsert(
             records, defer_indexing=defer_indexing, batch_size=batch_size, progress=progress
         )
@@ -305,6 +343,7 @@ class PostgresSearchConnector:
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
         """Visibility changes at once, in one transaction; deleted content is purged by a job."""
+        self._writable("delete_or_supersede")
         return self._writes.delete_or_supersede(doc_id, superseded_by)
 
     def rescope(self, doc_id: str, new_scope: str) -> bool:
@@ -315,10 +354,12 @@ class PostgresSearchConnector:
         verifies every copy followed. The stored record hash is invalidated, so ingesting
         the original record again restores the old scope instead of being skipped.
         """
+        self._writable("rescope")
         return self._writes.rescope(doc_id, new_scope)
 
     def worker(self, **options: Any) -> JobWorker:
         """A job worker for this index configuration (options: see :class:`JobWorker`)."""
+        self._writable("worker")
         return JobWorker(self._engine, embedder=self._embedder, settings=self._settings, **options)
 
     def reindex(
@@ -329,6 +370,7 @@ class PostgresSearchConnector:
 
     def report_gap(self, report: GapReport) -> GapReceipt:
         """Record a gap; the same report again (same ``gap_id``) counts an occurrence."""
+        self._writable("report_gap")
         return self._writes.report_gap(report)
 
     # -- read side --------------------------------------------------------------------------

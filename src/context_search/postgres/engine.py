@@ -41,6 +41,7 @@ from context_search.errors import (
     ContextSearchError,
     InvalidConfigError,
     OperationCancelledError,
+    SchemaNotReadyError,
 )
 from context_search.postgres.server import redact, sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA, quote_schema, validate_schema
@@ -57,6 +58,7 @@ __all__ = [
     "load_json",
     "migrate",
     "ms",
+    "require_head",
     "translate_errors",
     "write_attempts",
 ]
@@ -174,9 +176,15 @@ def create_store_engine(
     *,
     schema: str = DEFAULT_SCHEMA,
     connection: ConnectionSettings | None = None,
+    read_only: bool = False,
     **kwargs: Any,
 ) -> Engine:
-    """An engine on a fresh connection pool; release both with :func:`close_store_engine`."""
+    """An engine on a fresh connection pool; release both with :func:`close_store_engine`.
+
+    ``read_only``: every transaction of every connection starts read only
+    (``default_transaction_read_only``), so a write that slipped through is refused by the
+    server, not merely never attempted.
+    """
     validate_schema(schema)
     cfg = connection or ConnectionSettings()
     options = " ".join(
@@ -184,6 +192,7 @@ def create_store_engine(
             f"-c search_path={schema},public",
             f"-c statement_timeout={ms(cfg.statement_timeout_s)}",
             f"-c idle_in_transaction_session_timeout={ms(cfg.idle_in_transaction_timeout_s)}",
+            *(("-c default_transaction_read_only=on",) if read_only else ()),
         )
     )
     url = sqlalchemy_url(dsn)
@@ -280,6 +289,33 @@ def current_revision(engine: Engine, *, schema: str = DEFAULT_SCHEMA) -> str | N
         table = f"{quote_schema(schema)}.alembic_version"
         value = conn.execute(text("SELECT version_num FROM " + table)).scalar()  # noqa: S608
         return None if value is None else str(value)
+
+
+def require_head(engine: Engine, *, schema: str = DEFAULT_SCHEMA) -> str:
+    """The schema's revision when it is the package's head; ``SCHEMA_NOT_READY`` otherwise.
+
+    Reads only (``to_regclass`` and ``alembic_version``), so it works on a hot standby and
+    for a role with nothing but ``SELECT``. A revision this package does not know (a newer
+    package migrated the schema) is refused too: its tables may mean something else.
+    """
+    from alembic.script import ScriptDirectory
+
+    head = head_revision()
+    current = current_revision(engine, schema=schema)
+    if current == head:
+        return head
+    if current is None:
+        reason = "missing"
+    else:
+        scripts = ScriptDirectory.from_config(alembic_config())
+        known = {rev.revision for rev in scripts.walk_revisions()}
+        reason = "behind" if current in known else "unknown"
+    raise SchemaNotReadyError(
+        f"index schema {schema!r} is {'missing' if current is None else 'at revision ' + current}"
+        f", not at this package's head {head}; a read-only connector neither creates nor "
+        "migrates it",
+        details={"schema": schema, "current": current, "head": head, "reason": reason},
+    )
 
 
 @contextmanager
