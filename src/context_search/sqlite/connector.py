@@ -1,0 +1,443 @@
+"""The built-in SQLite connector: one file, no server, every contract rule.
+
+Lexical search runs on FTS5, vector search on sqlite-vec (exact cosine), fusion in one SQL
+statement (``search_sql.py``); results go through the shared response assembly, so rank
+logs, freshness and explain notes mean what they mean on every backend.
+
+Permissions: SQLite has no row-level security, so every read goes through
+:func:`~context_search.sqlite.reads.scoped`, the one place that sets the caller's scopes,
+and through TEMP views that only ever contain those scopes' live documents (see
+``reads.py``); a statement that forgot the predicate would see nothing, not everything.
+
+Concurrency: WAL mode, so readers never wait for the writer and see one snapshot per call;
+one writer at a time (``BEGIN IMMEDIATE``), across threads and processes. Each thread uses
+its own connection. A lock held longer than ``busy_timeout_ms`` raises
+:class:`~context_search.sqlite.driver.DatabaseLockedError` (``BACKEND_UNAVAILABLE``).
+``":memory:"`` is one private database, so it is served by one connection under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from context_search.contract import (
+    ContextDocument,
+    ContextDocumentRecord,
+    EvidenceHit,
+    GapReceipt,
+    GapReport,
+    IngestReport,
+    RankExplanation,
+    RecordOutcome,
+    ReindexReport,
+    SearchQuery,
+    SearchResponse,
+    gap_id_for,
+    index_config_revision,
+)
+from context_search.embedding import Embedder, HashingEmbedder, embedder_scripts
+from context_search.errors import EmbeddingFailedError, InvalidConfigError, NotFoundError
+from context_search.fusion import ArmPlan, FusionSettings, plan_arms
+from context_search.responses import (
+    Candidate,
+    Ranking,
+    assemble_explanation,
+    assemble_response,
+    make_hit,
+)
+from context_search.sqlite import writes
+from context_search.sqlite.codec import (
+    lexical_plan,
+    record_from_json,
+    record_to_json,
+    vector_blob,
+)
+from context_search.sqlite.driver import Driver, load_driver, translate_errors
+from context_search.sqlite.jobs import Worker, queue_all
+from context_search.sqlite.reads import VIEWS, Reader, scoped
+from context_search.sqlite.schema import migrate
+from context_search.sqlite.search_sql import run_search
+from context_search.text.indexing import searchable_chunks
+from context_search.validation import (
+    FilterClause,
+    ValidQuery,
+    record_matches,
+    validate_doc_id,
+    validate_gap,
+    validate_query,
+    validate_records,
+    validate_scope,
+    validate_scopes,
+    validate_supersede,
+)
+
+__all__ = ["SQLiteSearchConnector"]
+
+#: Names the lexical analysis in the index configuration revision.
+TEXT_SEARCH_CONFIG = "sqlite-fts5-hex-tokens-v1"
+
+
+class SQLiteSearchConnector:
+    """:class:`~context_search.contract.SearchConnector` on one SQLite file.
+
+    Open it with :meth:`open`. ``fusion``/``rrf_k``/``lexical_weight``/``pool_size`` mean
+    what they mean for the other connectors.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        embedder: Embedder | None = None,
+        fusion: Literal["rrf", "convex"] = "rrf",
+        rrf_k: int = 60,
+        lexical_weight: float = 0.5,
+        pool_size: int = 100,
+        chunk_bytes: int = 1200,
+        chunk_overlap: int = 200,
+        busy_timeout_ms: int = 5000,
+        reconfigure: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._path = str(path)
+        self._embedder = embedder or HashingEmbedder()
+        self._fusion = FusionSettings(
+            method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
+        )
+        self._chunk_bytes = chunk_bytes
+        self._chunk_overlap = chunk_overlap
+        self._busy_timeout_ms = busy_timeout_ms
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._driver: Driver = load_driver()
+        self._config = index_config_revision(
+            embedding_model=self._embedder.model_id,
+            dimension=self._embedder.dimension,
+            chunk_bytes=chunk_bytes,
+            chunk_overlap=chunk_overlap,
+            text_search_config=TEXT_SEARCH_CONFIG,
+        )
+        self._filters: dict[str, tuple[FilterClause, ...]] = {}
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._registry_lock = threading.Lock()
+        self._shared = self._path == ":memory:"
+        self._lock = threading.RLock()
+        self._closed = False
+        with self._session() as conn:
+            migrate(conn)
+            self._check_config(conn, reconfigure=reconfigure)
+
+    @classmethod
+    def open(cls, path: str, **options: Any) -> SQLiteSearchConnector:
+        """Open (creating and migrating if needed) the index in the file ``path``, or a
+        private in-memory one for ``":memory:"``. Options are the constructor's."""
+        return cls(path, **options)
+
+    @property
+    def config_revision(self) -> str:
+        return self._config
+
+    @property
+    def vector_engine(self) -> str:
+        """``sqlite-vec <version>``, or ``numpy`` where the extension cannot be loaded."""
+        return self._driver.vector_engine
+
+    def __enter__(self) -> SQLiteSearchConnector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._registry_lock:
+            self._closed = True
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+
+    # -- connections --------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        conn = self._driver.connect(
+            self._path,
+            busy_timeout_ms=self._busy_timeout_ms,
+            functions={"cs_filter": self._filter_matches},
+        )
+        with translate_errors(self._driver):
+            for statement in VIEWS:
+                conn.execute(statement)
+        with self._registry_lock:
+            if self._closed:
+                conn.close()
+                raise InvalidConfigError("the connector is closed", details={"field": "state"})
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _session(self) -> Iterator[Any]:
+        """This thread's connection (the shared one for ``:memory:``), errors translated."""
+        with self._lock if self._shared else _NO_LOCK, translate_errors(self._driver):
+            conn = getattr(self._local, "conn", None) if not self._shared else None
+            if self._shared:
+                conn = self._all[0] if self._all else self._connect()
+            elif conn is None:
+                conn = self._local.conn = self._connect()
+            yield conn
+
+    def _filter_matches(self, record_json: str, key: str | None) -> int:
+        # SQLite need not short-circuit ``:filter IS NULL OR cs_filter(...)``.
+        if key is None:
+            return 1
+        return int(record_matches(record_from_json(record_json), self._filters[key]))
+
+    def _check_config(self, conn: Any, *, reconfigure: bool) -> None:
+        with writes.writing(conn):
+            row = conn.execute("SELECT value FROM meta WHERE key = 'config_revision'").fetchone()
+            if row is not None and row[0] != self._config and not reconfigure:
+                raise InvalidConfigError(
+                    "this SQLite index was built with another embedder or chunking; open it "
+                    "with the same settings, or with reconfigure=True to re-index",
+                    details={"field": "embedder", "stored": row[0], "active": self._config},
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('config_revision', ?)",
+                (self._config,),
+            )
+            if row is not None and row[0] != self._config:
+                queue_all(conn, self._clock().isoformat())
+
+    # -- write side -----------------------------------------------------------------------
+
+    def upsert(
+        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+    ) -> IngestReport:
+        valid = validate_records(records)
+        texts = [record_to_json(r) for r in valid]
+        ids = [r.document_id for r in valid]
+        with self._session() as conn:
+            with scoped(conn, frozenset()):
+                before = writes.existing(conn, ids)
+            planned = self._entries(valid, texts, before, defer=defer_indexing)
+            with writes.writing(conn):
+                now = self._clock().isoformat()
+                current = writes.existing(conn, ids)
+                outcomes: list[tuple[str, RecordOutcome]] = []
+                chunks = embedded = 0
+                for rec, text in zip(valid, texts, strict=True):
+                    old = current.get(rec.document_id)
+                    result = writes.outcome(rec, text, old, defer=defer_indexing)
+                    outcomes.append((rec.document_id, result))
+                    if result is RecordOutcome.UNCHANGED:
+                        continue
+                    entries = None
+                    if not defer_indexing:
+                        entries = planned.get(rec.document_id)
+                        if entries is None:  # another writer changed it since the plan
+                            entries = self._entries([rec], [text], {}, defer=False)[rec.document_id]
+                        embedded += len(entries.parts.texts)
+                    chunks += writes.write_record(
+                        conn, rec, text, old, entries=entries, config=self._config, now=now
+                    )
+                    current[rec.document_id] = writes.Existing(
+                        text, rec.lifecycle, rec.masked_fields, defer_indexing
+                    )
+                writes.supersede_listed(conn, valid)
+        return IngestReport(
+            outcomes=tuple(outcomes), chunks_written=chunks, embeddings_computed=embedded
+        )
+
+    def _entries(
+        self,
+        valid: Sequence[ContextDocumentRecord],
+        texts: Sequence[str],
+        before: dict[str, writes.Existing],
+        *,
+        defer: bool,
+    ) -> dict[str, writes.IndexEntries]:
+        """Chunks and vectors for the records that will be written, embedded in one call
+        before any lock is taken (an embedder failure writes nothing)."""
+        if defer:
+            return {}
+        todo = []
+        for i, (rec, text) in enumerate(zip(valid, texts, strict=True)):
+            old = before.get(rec.document_id)
+            if writes.outcome(rec, text, old, defer=False) is not RecordOutcome.UNCHANGED:
+                parts = searchable_chunks(
+                    rec, i, chunk_bytes=self._chunk_bytes, chunk_overlap=self._chunk_overlap
+                )
+                todo.append((rec.document_id, parts))
+        flat = [t for _, parts in todo for t in parts.texts]
+        try:
+            vectors = self._embed(flat)
+        except Exception as exc:  # whatever the model raised: nothing was written
+            raise EmbeddingFailedError(
+                f"the embedder failed: {type(exc).__name__}", details={"records": len(todo)}
+            ) from exc
+        out: dict[str, writes.IndexEntries] = {}
+        offset = 0
+        for doc_id, parts in todo:
+            n = len(parts.texts)
+            out[doc_id] = writes.IndexEntries(parts, vectors[offset : offset + n])
+            offset += n
+        return out
+
+    def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self._embedder.dimension), dtype=np.float32)
+        return self._embedder.embed_documents(texts)
+
+    def rescope(self, doc_id: str, new_scope: str) -> bool:
+        validate_doc_id(doc_id)
+        scope = validate_scope(new_scope)
+        with self._session() as conn:
+            return writes.rescope(conn, doc_id, scope)
+
+    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
+        validate_supersede(doc_id, superseded_by)
+        with self._session() as conn:
+            return writes.delete_or_supersede(conn, doc_id, superseded_by)
+
+    def reindex(self, *, max_jobs: int | None = None) -> ReindexReport:
+        """Work queued index jobs; an embedder failure is retried on a later call and marks
+        the job ``failed`` after three attempts."""
+        with self._session() as conn:
+            worker = Worker(
+                conn, self._config, self._chunk_bytes, self._chunk_overlap, self._embed, self._clock
+            )
+            return worker.run(max_jobs)
+
+    def report_gap(self, report: GapReport) -> GapReceipt:
+        validate_gap(report)
+        gap_id = gap_id_for(report)
+        with self._session() as conn:
+            now = self._clock()
+            count = writes.record_gap(conn, gap_id, now.isoformat())
+        return GapReceipt(
+            gap_id=gap_id,
+            status="recorded" if count == 1 else "duplicate",
+            received_at=now,
+            occurrences=count,
+        )
+
+    # -- read side ------------------------------------------------------------------------
+
+    def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
+        validate_doc_id(doc_id)
+        scopes = validate_scopes(allowed_scopes)
+        with self._session() as conn, scoped(conn, scopes) as reader:
+            found = reader.document(doc_id)
+        if found is None:
+            return None
+        text, lifecycle, successor = found
+        return ContextDocument.project_record(
+            record_from_json(text), lifecycle=lifecycle, superseded_by=successor
+        )
+
+    def _plan(self, vq: ValidQuery) -> ArmPlan:
+        return plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
+
+    def _rank(self, reader: Reader, vq: ValidQuery, plan: ArmPlan) -> Ranking:
+        qvec = vector_blob(self._embedder.embed_query(vq.text)) if plan.vector_used else None
+        key = None
+        if vq.filters:
+            key = uuid.uuid4().hex
+            self._filters[key] = vq.filters
+        try:
+            return run_search(
+                reader,
+                lexical_plan(vq.text),
+                query_vector=qvec,
+                fusion=self._fusion,
+                vector_weight=plan.vector_weight,
+                include_superseded=vq.include_superseded,
+                targets=vq.targets,
+                filter_key=key,
+                min_similarity=vq.min_similarity,
+            )
+        finally:
+            if key is not None:
+                self._filters.pop(key, None)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        vq = validate_query(query)
+        plan = self._plan(vq)
+        with self._session() as conn, scoped(conn, vq.scopes) as reader:
+            ranking = self._rank(reader, vq, plan)
+            wanted = [c.doc_id for c in ranking.candidates[: vq.top_k]]
+            wanted += [*(vq.targets or ()), *(d for d, _ in vq.pinned)]
+            states = reader.states(wanted)
+            now = self._clock()
+            return assemble_response(
+                vq,
+                ranking,
+                method=self._fusion.method,
+                params=self._fusion.params(plan.vector_weight),
+                notes=plan.notes,
+                hit_for=lambda c: self._hit(reader, c),
+                readable=states,
+                active_config=self._config,
+                observed_at=now,
+                propagation=reader.propagation(now.timestamp()),
+            )
+
+    def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
+        validate_doc_id(doc_id)
+        vq = validate_query(query)
+        plan = self._plan(vq)
+        with self._session() as conn, scoped(conn, vq.scopes) as reader:
+            found = reader.document(doc_id)
+            if found is None:
+                raise NotFoundError("document not found")
+            ranking = self._rank(reader, vq, plan)
+        record = record_from_json(found[0])
+        return assemble_explanation(
+            doc_id,
+            vq,
+            ranking,
+            lifecycle=found[1],
+            filter_verdicts=[(c.field, record_matches(record, [c])) for c in vq.filters],
+            method=self._fusion.method,
+            params=self._fusion.params(plan.vector_weight),
+            notes=plan.notes,
+        )
+
+    def _hit(self, reader: Reader, c: Candidate) -> EvidenceHit:
+        stored = reader.hit(c.doc_id, c.chunk_ordinal or 0)
+        doc = ContextDocument.project_record(
+            record_from_json(stored.record_json), lifecycle=stored.lifecycle
+        )
+        return make_hit(
+            c,
+            source_system=doc.source_system,
+            source_uri=doc.source_uri,
+            object_type=doc.object_type,
+            title=doc.title,
+            snippet=stored.snippet,
+            permission_scope=doc.permission_scope,
+            lifecycle=doc.lifecycle,
+            updated_at=doc.updated_at,
+            metadata=doc.metadata,
+            chunk_ordinal=stored.ordinal,
+            start_byte=stored.start_byte,
+            end_byte=stored.end_byte,
+            content_id=stored.indexed_content_id or doc.content_id,
+        )
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()

@@ -1,0 +1,168 @@
+"""Opening SQLite: which driver, the per-connection settings, vectors, and error translation.
+
+Python's own ``sqlite3`` is used when it can load extensions; many builds (pyenv's default
+among them) cannot, so ``pysqlite3`` (the ``sqlite`` extra installs its wheel on Linux
+x86-64) is the second choice: the same DB-API with a current SQLite. ``sqlite-vec`` then
+provides ``vec_distance_cosine`` in C. Where neither can load it, the same function name is
+registered in Python over numpy (exact, slower), so the search statement is one text on
+every install and :attr:`Driver.vector_engine` says which one answered.
+
+Every connection gets WAL (one writer, readers never blocked by it), ``busy_timeout`` (a
+bounded wait for the write lock or a checkpoint), foreign keys, and the Python functions
+the statements call (``cs_filter``). A lock still held when the wait ends is
+:class:`DatabaseLockedError`, never an empty answer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from context_search.errors import BackendError, BackendUnavailableError
+
+__all__ = ["DatabaseLockedError", "Driver", "load_driver", "translate_errors"]
+
+
+class DatabaseLockedError(BackendUnavailableError):
+    """Another connection held the database lock longer than ``busy_timeout``."""
+
+    hint = "another process is writing to the SQLite file; retry, or raise busy_timeout_ms"
+
+
+@dataclass(frozen=True, slots=True)
+class Driver:
+    module: ModuleType  # a DB-API 2 sqlite3 module
+    vector_engine: str  # "sqlite-vec <version>" or "numpy"
+
+    @property
+    def error(self) -> type[Exception]:
+        return self.module.Error  # type: ignore[no-any-return]
+
+    def connect(
+        self, path: str, *, busy_timeout_ms: int, functions: dict[str, Callable[..., Any]]
+    ) -> Any:
+        """A connection in autocommit mode (transactions are explicit ``BEGIN``s)."""
+        conn = self.module.connect(
+            path,
+            timeout=busy_timeout_ms / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        with translate_errors(self):
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            if self.vector_engine == "numpy":
+                conn.create_function("vec_distance_cosine", 2, _cosine_distance, deterministic=True)
+            else:
+                _load_vec(conn)
+            for name, func in functions.items():
+                conn.create_function(name, -1, func, deterministic=True)
+        return conn
+
+
+def _cosine_distance(a: bytes | None, b: bytes | None) -> float | None:
+    if a is None or b is None:
+        return None
+    x = np.frombuffer(a, dtype=np.float32)
+    y = np.frombuffer(b, dtype=np.float32)
+    norm = float(np.linalg.norm(x) * np.linalg.norm(y))
+    return 1.0 - float(x @ y) / norm if norm else 1.0
+
+
+def _load_vec(conn: Any) -> None:
+    import sqlite_vec  # type: ignore[import-untyped]
+
+    conn.enable_load_extension(True)
+    try:
+        sqlite_vec.load(conn)
+    finally:
+        conn.enable_load_extension(False)
+
+
+def _can_load_vec(module: ModuleType) -> str | None:
+    try:
+        conn = module.connect(":memory:")
+    except Exception:  # a broken driver is simply not chosen
+        return None
+    try:
+        if not hasattr(conn, "enable_load_extension"):
+            return None
+        _load_vec(conn)
+        return str(conn.execute("SELECT vec_version()").fetchone()[0])
+    except Exception:  # no extension support or no sqlite-vec: fall back
+        return None
+    finally:
+        conn.close()
+
+
+def _has_fts5(module: ModuleType) -> bool:
+    conn = module.connect(":memory:")
+    try:
+        conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        return True
+    except module.Error:
+        return False
+    finally:
+        conn.close()
+
+
+_CHOSEN: Driver | None = None
+
+
+def load_driver() -> Driver:
+    """The best available driver (decided once per process)."""
+    global _CHOSEN
+    if _CHOSEN is not None:
+        return _CHOSEN
+    candidates: list[ModuleType] = []
+    for name in ("sqlite3", "pysqlite3.dbapi2"):
+        try:
+            candidates.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    usable = [m for m in candidates if _has_fts5(m)]
+    if not usable:
+        raise BackendUnavailableError(
+            "no SQLite driver with FTS5 is available", details={"backend": "sqlite"}
+        )
+    for module in usable:
+        version = _can_load_vec(module)
+        if version is not None:
+            _CHOSEN = Driver(module, f"sqlite-vec {version}")
+            return _CHOSEN
+    _CHOSEN = Driver(usable[0], "numpy")
+    return _CHOSEN
+
+
+_LOCKED = ("database is locked", "database table is locked", "database schema is locked")
+
+
+@contextmanager
+def translate_errors(driver: Driver) -> Iterator[None]:
+    """Driver errors as contract errors, chained: a lock that outlived the wait is
+    ``DatabaseLockedError`` (``BACKEND_UNAVAILABLE``), anything else ``BACKEND_ERROR``."""
+    try:
+        yield
+    except driver.module.OperationalError as exc:
+        text = str(exc)
+        if any(s in text for s in _LOCKED) or "busy" in text:
+            raise DatabaseLockedError(
+                "the SQLite database stayed locked for the whole busy timeout",
+                details={"backend": "sqlite"},
+            ) from exc
+        if "unable to open" in text:
+            raise BackendUnavailableError(
+                f"cannot open the SQLite database: {text}", details={"backend": "sqlite"}
+            ) from exc
+        raise BackendError(f"SQLite failed: {text}", details={"backend": "sqlite"}) from exc
+    except driver.module.Error as exc:
+        raise BackendError(f"SQLite failed: {exc}", details={"backend": "sqlite"}) from exc
