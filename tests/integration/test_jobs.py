@@ -210,10 +210,13 @@ def test_purge_job_removes_chunks_postings_and_body(
     with psycopg.connect(context_search_dsn) as conn:
         row = conn.execute(
             sql.SQL(
-                "SELECT d.body, (SELECT count(*) FROM {} p WHERE p.doc_id = d.doc_id) "
+                # Postings left behind by the purged chunks (no foreign key cascades them).
+                "SELECT d.body, (SELECT count(*) FROM {} p WHERE NOT EXISTS "
+                "(SELECT 1 FROM {} c WHERE c.chunk_id = p.chunk_id)) "
                 "FROM {} d WHERE d.doc_id = 'd0001'"
             ).format(
                 sql.Identifier(context_search_schema, "postings"),
+                sql.Identifier(context_search_schema, "chunks"),
                 sql.Identifier(context_search_schema, "documents"),
             )
         ).fetchone()

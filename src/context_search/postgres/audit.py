@@ -26,8 +26,11 @@ _CHECKS: dict[str, str] = {
     # A posting's copies follow its chunk.
     "posting_copy_mismatch": """
         SELECT count(*) FROM postings p JOIN chunks c USING (chunk_id)
-        WHERE p.permission_scope <> c.permission_scope OR p.lifecycle <> c.lifecycle
-           OR p.doc_id <> c.doc_id""",
+        WHERE p.permission_scope <> c.permission_scope OR p.lifecycle <> c.lifecycle""",
+    # Postings have no foreign key: whatever removes a chunk removes its postings.
+    "posting_without_chunk": """
+        SELECT count(*) FROM postings p
+        WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = p.chunk_id)""",
     # Every chunk of an indexed document was cut from the version the document says.
     "chunk_wrong_version": """
         SELECT count(*) FROM chunks c JOIN documents d USING (doc_id)

@@ -102,10 +102,10 @@ _MERGE = text(
             SELECT s.*, to_tsvector(CAST(:ts_config AS regconfig), s.index_text) AS tsv
             FROM pg_temp.cs_stage_chunks AS s
         ) AS v
-        RETURNING chunk_id, doc_id, tsv, token_count, permission_scope, lifecycle
+        RETURNING chunk_id, tsv, token_count, permission_scope, lifecycle
     )
-    INSERT INTO postings (chunk_id, lexeme, doc_id, tf, impact, permission_scope, lifecycle)
-    SELECT c.chunk_id, u.lexeme, c.doc_id, t.tf,
+    INSERT INTO postings (chunk_id, lexeme, tf, impact, permission_scope, lifecycle)
+    SELECT c.chunk_id, u.lexeme, t.tf,
            -- BM25's term-frequency part against a 200-token reference length (k1=1.2,
            -- b=0.75): it only orders postings; scores are computed exactly at query time.
            t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * c.token_count / 200.0)),

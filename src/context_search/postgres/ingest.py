@@ -24,6 +24,7 @@ from context_search.postgres.prepare import IndexSettings, PreparedRecord, prepa
 from context_search.text import Chunk
 
 __all__ = [
+    "DELETE_CHUNKS",
     "ENQUEUE_INDEX",
     "LIFECYCLE_POSTINGS",
     "STATS_DELTA",
@@ -138,19 +139,21 @@ SYNC_COPIES = text(
           AND (chunks.permission_scope, chunks.lifecycle)
               IS DISTINCT FROM (d.permission_scope, d.lifecycle)
     )
-    UPDATE postings SET permission_scope = d.permission_scope, lifecycle = d.lifecycle
-    FROM documents d
-    WHERE postings.doc_id = d.doc_id AND d.doc_id = ANY(:ids)
+    UPDATE postings SET permission_scope = k.permission_scope, lifecycle = k.lifecycle
+    FROM (SELECT c.chunk_id, d.permission_scope, d.lifecycle
+          FROM documents d JOIN chunks c ON c.doc_id = d.doc_id
+          WHERE d.doc_id = ANY(:ids)) AS k
+    WHERE postings.chunk_id = k.chunk_id
       AND (postings.permission_scope, postings.lifecycle)
-          IS DISTINCT FROM (d.permission_scope, d.lifecycle)
+          IS DISTINCT FROM (k.permission_scope, k.lifecycle)
     """
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
-#: Postings go first, in one statement: the cascade from chunks would delete them one chunk
-#: at a time (and fire the ``term_stats`` trigger once per chunk).
-_DELETE_CHUNKS = text(
-    "WITH p AS (DELETE FROM postings WHERE doc_id = ANY(:ids)) "
-    "DELETE FROM chunks WHERE doc_id = ANY(:ids)"
+#: A document's chunks and their postings, in one statement (postings have no foreign key:
+#: whatever removes chunks removes their postings with them, by ``chunk_id``).
+DELETE_CHUNKS = text(
+    "WITH c AS (DELETE FROM chunks WHERE doc_id = ANY(:ids) RETURNING chunk_id) "
+    "DELETE FROM postings WHERE chunk_id IN (SELECT chunk_id FROM c)"
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
 _LOCK_DOCS = text(
@@ -202,8 +205,8 @@ STATS_DELTA = text(
 
 _INSERT_POSTINGS = text(
     """
-    INSERT INTO postings (chunk_id, lexeme, doc_id, tf, impact, permission_scope, lifecycle)
-    SELECT c.chunk_id, u.lexeme, c.doc_id, t.tf,
+    INSERT INTO postings (chunk_id, lexeme, tf, impact, permission_scope, lifecycle)
+    SELECT c.chunk_id, u.lexeme, t.tf,
            -- BM25's term-frequency part against a 200-token reference length (k1=1.2,
            -- b=0.75): it only orders postings; scores are computed exactly at query time.
            t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * c.token_count / 200.0)),
@@ -215,7 +218,9 @@ _INSERT_POSTINGS = text(
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
 LIFECYCLE_POSTINGS = text(
-    "UPDATE postings SET lifecycle = :state WHERE doc_id = ANY(:ids) AND lifecycle <> 'deleted'"
+    "UPDATE postings SET lifecycle = :state "
+    "WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE doc_id = ANY(:ids)) "
+    "AND lifecycle <> 'deleted'"
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
 _SUPERSEDE_DOCS = text(
@@ -335,7 +340,7 @@ def write_batch(
         ]
         if remask:
             conn.execute(STATS_DELTA, {"ids": remask, "sign": -1})
-            conn.execute(_DELETE_CHUNKS, {"ids": remask})
+            conn.execute(DELETE_CHUNKS, {"ids": remask})
             conn.execute(
                 text(
                     "UPDATE documents SET indexed_content_id = NULL, "
@@ -411,7 +416,7 @@ def replace_chunks(
     replaced = [i for i in ids if i not in new]
     if replaced:  # ``new``: documents known to have no entries yet (nothing to look up)
         conn.execute(STATS_DELTA, {"ids": replaced, "sign": -1})
-        conn.execute(_DELETE_CHUNKS, {"ids": replaced})
+        conn.execute(DELETE_CHUNKS, {"ids": replaced})
     if sum(len(s.chunks) for s in sources) >= COPY_MIN_CHUNKS:
         i = copy_chunks(conn, sources, vectors, settings.revision, settings.text_search_config)
     else:

@@ -35,6 +35,7 @@ from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres import bulk
 from context_search.postgres.engine import translate_errors, write_attempts
 from context_search.postgres.ingest import (
+    DELETE_CHUNKS,
     STATS_DELTA,
     SYNC_COPIES,
     ChunkSource,
@@ -392,12 +393,7 @@ class JobWorker:
         if not gone:
             return  # re-ingested since the delete: nothing to purge
         conn.execute(STATS_DELTA, {"ids": gone, "sign": -1})
-        conn.execute(
-            text("DELETE FROM chunks WHERE doc_id = ANY(:ids)").bindparams(
-                bindparam("ids", type_=ARRAY(Text))
-            ),
-            {"ids": gone},
-        )
+        conn.execute(DELETE_CHUNKS, {"ids": gone})
         conn.execute(
             text(
                 "UPDATE documents SET body = '', summary = '', chunk_spans = NULL, "

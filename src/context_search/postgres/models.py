@@ -251,14 +251,12 @@ class PostingRow(Base):
             text("impact DESC"),
             postgresql_include=["chunk_id", "permission_scope", "lifecycle"],
         ),
-        Index(None, "doc_id"),
     )
 
-    chunk_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("chunks.chunk_id", ondelete="CASCADE"), primary_key=True
-    )
+    # No foreign key (migration 0006): every write derives postings from the chunks it
+    # writes, and every removal of chunks removes their postings in the same statement.
+    chunk_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
-    doc_id: Mapped[str]
     tf: Mapped[int] = mapped_column(Integer)
     impact: Mapped[float] = mapped_column(REAL)
     permission_scope: Mapped[str] = mapped_column(String(256))
