@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -15,6 +17,7 @@ from context_search.cli import jobs as _jobs
 from context_search.cli import manage as _manage
 from context_search.cli import mcp as _mcp
 from context_search.cli import search as _search
+from context_search.cli.common import StoreBackend, select_backend
 
 # The pool logs each failed reconnect attempt as a warning; a command reports the failure
 # itself as a typed error, so the pool's log lines would only repeat it on stderr.
@@ -29,8 +32,24 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    backend: Annotated[
+        StoreBackend,
+        typer.Option(
+            "--backend",
+            envvar="CONTEXT_SEARCH_BACKEND",
+            show_envvar=False,
+            help="Store of ingest/search/explain/get/delete/supersede/rescope/gap/reindex: "
+            "postgres (default) or sqlite (one file, --db).",
+        ),
+    ] = StoreBackend.POSTGRES,
+    db: Annotated[
+        Path | None,
+        typer.Option("--db", envvar="CONTEXT_SEARCH_DB", help="SQLite index file (sqlite)."),
+    ] = None,
+) -> None:
     """Permission-safe hybrid retrieval on PostgreSQL + pgvector."""
+    select_backend(backend, db)
 
 
 app.command("demo")(_demo.demo)

@@ -29,6 +29,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from context_search.contract import SearchConnector
 from context_search.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from context_search.errors import (
     BackendError,
@@ -51,10 +52,14 @@ __all__ = [
     "JsonOpt",
     "Schema",
     "Scopes",
+    "StoreBackend",
     "Verbose",
     "cli_errors",
     "echo_json",
+    "open_connector",
     "open_store",
+    "select_backend",
+    "sqlite_selected",
     "to_jsonable",
 ]
 
@@ -132,6 +137,53 @@ def open_store(
         read_only=read_only,
     ) as store:
         yield store
+
+
+class StoreBackend(enum.StrEnum):
+    POSTGRES = "postgres"
+    SQLITE = "sqlite"
+
+
+#: The store the root options (``--backend``, ``--db``) chose for this invocation.
+_SELECTED: dict[str, Any] = {"backend": StoreBackend.POSTGRES, "db": None}
+
+
+def select_backend(backend: StoreBackend, db: Path | None) -> None:
+    _SELECTED.update(backend=backend, db=db)
+
+
+def sqlite_selected() -> bool:
+    return _SELECTED["backend"] is StoreBackend.SQLITE
+
+
+@contextmanager
+def open_connector(
+    dsn: str | None,
+    schema: str,
+    embedder: str,
+    *,
+    stage_timings: bool = False,
+    read_only: bool = False,
+) -> Iterator[SearchConnector]:
+    """The store for a command that needs only the connector protocol: PostgreSQL, or the
+    SQLite file of ``--backend sqlite --db PATH`` (a read command never creates one)."""
+    if _SELECTED["backend"] is not StoreBackend.SQLITE:
+        with open_store(
+            dsn, schema, embedder, stage_timings=stage_timings, read_only=read_only
+        ) as store:
+            yield store
+        return
+    from context_search.sqlite import SQLiteSearchConnector
+
+    db: Path | None = _SELECTED["db"]
+    if db is None:
+        raise InvalidConfigError("--backend sqlite needs --db PATH", details={"field": "db"})
+    if read_only and not db.exists():
+        raise BackendUnavailableError(
+            f"no SQLite index at {db}", details={"backend": "sqlite", "field": "db"}
+        )
+    with SQLiteSearchConnector.open(str(db), embedder=make_embedder(embedder)) as connector:
+        yield connector
 
 
 def to_jsonable(value: Any) -> Any:

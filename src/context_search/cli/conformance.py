@@ -25,6 +25,7 @@ from context_search.memory import InMemorySearchConnector
 class Backend(enum.StrEnum):
     MEMORY = "memory"
     POSTGRES = "postgres"
+    SQLITE = "sqlite"
 
 
 @contextmanager
@@ -54,6 +55,21 @@ def _postgres_factory(dsn: str | None) -> ConnectorFactory:
             drop_index(server.dsn, schema)
 
     return make
+
+
+@contextmanager
+def _sqlite() -> Iterator[SearchConnector]:
+    """Each case gets its own database file (WAL, the real index path), deleted after."""
+    import tempfile
+    from pathlib import Path
+
+    from context_search.sqlite import SQLiteSearchConnector
+
+    with (
+        tempfile.TemporaryDirectory(prefix="cs-conformance-") as tmp,
+        SQLiteSearchConnector.open(str(Path(tmp) / "index.db")) as connector,
+    ):
+        yield connector
 
 
 def render(report: ConformanceReport, console: Console, *, backend: str) -> None:
@@ -92,7 +108,13 @@ def conformance(
     cases = [c for c in CASES if not case or c.name in case]
     if not cases:
         raise typer.BadParameter(f"no such case: {', '.join(case or [])}", param_hint="--case")
-    factory: ConnectorFactory = _memory if backend is Backend.MEMORY else _postgres_factory(dsn)
+    factory: ConnectorFactory = (
+        _memory
+        if backend is Backend.MEMORY
+        else _sqlite
+        if backend is Backend.SQLITE
+        else _postgres_factory(dsn)
+    )
     report = run_conformance(factory, cases)
     render(report, Console(width=160), backend=backend.value)
     raise typer.Exit(code=0 if report.ok else 1)

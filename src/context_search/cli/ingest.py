@@ -40,10 +40,11 @@ from context_search.cli.common import (
     Verbose,
     cli_errors,
     echo_json,
-    open_store,
+    open_connector,
 )
 from context_search.contract import ContextDocumentRecord, Lifecycle, RecordOutcome
 from context_search.errors import ContextSearchError, InvalidRecordError
+from context_search.postgres import PostgresSearchConnector
 from context_search.validation import validate_records
 
 __all__ = ["ingest", "load_items", "parse_record"]
@@ -246,7 +247,7 @@ def ingest(
         chunks = 0
         started = time.perf_counter()
         if not (bad and on_error is OnError.ABORT) and good:
-            with open_store(dsn, schema, embedder) as store:
+            with open_connector(dsn, schema, embedder) as store:
                 columns = (
                     TextColumn("documents"),
                     BarColumn(),
@@ -258,10 +259,13 @@ def ingest(
                     task = progress.add_task("ingest", total=len(good), chunks=0, rate=0.0)
                     embedded = 0
                     for start in range(0, len(good), batch_size):
-                        report = store.upsert(
-                            good[start : start + batch_size],
-                            batch_size=batch_size,
-                            defer_indexing=defer_indexing,
+                        batch = good[start : start + batch_size]
+                        report = (
+                            store.upsert(
+                                batch, batch_size=batch_size, defer_indexing=defer_indexing
+                            )
+                            if isinstance(store, PostgresSearchConnector)
+                            else store.upsert(batch, defer_indexing=defer_indexing)
                         )
                         for _, outcome in report.outcomes:
                             counts[outcome.value] += 1

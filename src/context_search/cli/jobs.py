@@ -25,9 +25,11 @@ from context_search.cli.common import (
     Verbose,
     cli_errors,
     echo_json,
+    open_connector,
     open_store,
+    sqlite_selected,
 )
-from context_search.errors import ContextSearchError
+from context_search.errors import ContextSearchError, InvalidConfigError
 from context_search.postgres.audit import audit
 from context_search.postgres.engine import (
     close_store_engine,
@@ -67,6 +69,9 @@ def reindex(
     verbose: Verbose = False,
 ) -> None:
     """Run index workers (deferred ingestion, purges, propagation checks, config changes)."""
+    if sqlite_selected():
+        _reindex_sqlite(dsn, schema, embedder, as_json=as_json, verbose=verbose)
+        return
     console = Console(stderr=as_json)
     totals = {"done": 0, "retried": 0, "failed": 0}
     lock = threading.Lock()
@@ -140,6 +145,32 @@ def reindex(
         raise typer.Exit(code=EXIT_FAILED)
 
 
+def _reindex_sqlite(
+    dsn: str | None, schema: str, embedder: str, *, as_json: bool, verbose: bool
+) -> None:
+    """A SQLite file has one writer: its queue is drained by this process, in order."""
+    with (
+        cli_errors(as_json=as_json, verbose=verbose),
+        open_connector(dsn, schema, embedder) as store,
+    ):
+        report = store.reindex()
+    summary = {
+        "done": report.done,
+        "retried": report.retried,
+        "failed": report.failed,
+        "pending": report.remaining,
+    }
+    if as_json:
+        typer.echo(json.dumps(summary))
+    else:
+        Console().print(
+            f"{report.done} done, {report.retried} retried, {report.failed} failed; "
+            f"queue: {report.remaining} pending"
+        )
+    if report.failed:
+        raise typer.Exit(code=EXIT_FAILED)
+
+
 def status(
     dsn: Dsn = None,
     schema: Schema = DEFAULT_SCHEMA,
@@ -156,6 +187,12 @@ def status(
     """Server, schema revision, documents by scope and lifecycle, config coverage, job queue
     and lag. Read-only: it never activates a configuration or migrates."""
     with cli_errors(as_json=as_json, verbose=verbose):
+        if sqlite_selected():
+            raise InvalidConfigError(
+                "status reads PostgreSQL's catalog; a SQLite file's queue is what "
+                "`--backend sqlite reindex` reports",
+                details={"field": "backend"},
+            )
         validate_schema(schema)
         server = resolve_server(dsn)
         engine = create_store_engine(server.dsn, schema=schema, read_only=True)

@@ -18,7 +18,7 @@ from context_search.cli.common import (
     Verbose,
     cli_errors,
     echo_json,
-    open_store,
+    open_connector,
 )
 from context_search.contract import GapReport
 from context_search.errors import NotFoundError
@@ -43,7 +43,7 @@ def delete(
 ) -> None:
     """Delete a document: invisible at commit; a purge job removes its content."""
     with cli_errors(as_json=as_json, verbose=verbose):
-        with open_store(dsn, schema, embedder) as store:
+        with open_connector(dsn, schema, embedder) as store:
             done = store.delete_or_supersede(doc_id)
         if not done:
             raise NotFoundError("no live document with that id")
@@ -61,7 +61,7 @@ def supersede(
 ) -> None:
     """Mark a document superseded by another (searchable only with --include-superseded)."""
     with cli_errors(as_json=as_json, verbose=verbose):
-        with open_store(dsn, schema, embedder) as store:
+        with open_connector(dsn, schema, embedder) as store:
             done = store.delete_or_supersede(doc_id, superseded_by=by)
         if not done:
             raise NotFoundError("no live document with that id")
@@ -79,7 +79,7 @@ def rescope(
 ) -> None:
     """Move a document to another scope, effective for every reader at commit."""
     with cli_errors(as_json=as_json, verbose=verbose):
-        with open_store(dsn, schema, embedder) as store:
+        with open_connector(dsn, schema, embedder) as store:
             done = store.rescope(doc_id, new_scope)
         if not done:
             raise NotFoundError("no live document with that id")
@@ -98,7 +98,10 @@ def gap(
     verbose: Verbose = False,
 ) -> None:
     """Record a knowledge gap; the same report always gets the same gap id."""
-    with cli_errors(as_json=as_json, verbose=verbose), open_store(dsn, schema, embedder) as store:
+    with (
+        cli_errors(as_json=as_json, verbose=verbose),
+        open_connector(dsn, schema, embedder) as store,
+    ):
         receipt = store.report_gap(
             GapReport(query=query, allowed_scopes=scope, reason=reason, requester=requester)
         )

@@ -19,7 +19,7 @@ from context_search.cli.common import (
     Verbose,
     cli_errors,
     echo_json,
-    open_store,
+    open_connector,
 )
 from context_search.contract import SearchQuery, SearchResponse
 from context_search.errors import NotFoundError
@@ -90,7 +90,7 @@ def search(
     (with ``--verbose``, also where the search's time went)."""
     with (
         cli_errors(as_json=as_json, verbose=verbose),
-        open_store(dsn, schema, embedder, stage_timings=verbose, read_only=True) as store,
+        open_connector(dsn, schema, embedder, stage_timings=verbose, read_only=True) as store,
     ):
         resp = store.search(
             SearchQuery(
@@ -128,7 +128,7 @@ def explain(
     """Why a document ranks where it does for a query (NOT_FOUND if invisible to you)."""
     with (
         cli_errors(as_json=as_json, verbose=verbose),
-        open_store(dsn, schema, embedder, read_only=True) as store,
+        open_connector(dsn, schema, embedder, read_only=True) as store,
     ):
         exp = store.explain(doc_id, SearchQuery(query=query, allowed_scopes=scope))
     if as_json:
@@ -161,7 +161,7 @@ def get(
 ) -> None:
     """Read one document as a caller (masked fields stay empty); NOT_FOUND when invisible."""
     with cli_errors(as_json=as_json, verbose=verbose):
-        with open_store(dsn, schema, embedder, read_only=True) as store:
+        with open_connector(dsn, schema, embedder, read_only=True) as store:
             doc = store.get_document(doc_id, scope)
         if doc is None:
             raise NotFoundError("document not found")
