@@ -36,6 +36,7 @@ from context_search import (
 )
 from context_search import errors as cs_errors
 from context_search.postgres import PostgresSearchConnector
+from context_search.sqlite import SQLiteSearchConnector
 from tests.security.conftest import PROBES
 from tests.security.hostile_data import INJECTIONS, INVALID_TEXT, PUBLIC, SEED, VAULT
 from tests.security.hostile_oracle import (
@@ -56,7 +57,7 @@ __all__ = [  # the harness, and what test_cli_hostile shares
     "table_counts",
 ]
 
-BACKENDS = ("memory", "postgres")
+BACKENDS = ("memory", "postgres", "sqlite")
 #: Every code the library raises on purpose.
 KNOWN_CODES = frozenset(
     cls.code
@@ -90,6 +91,13 @@ def open_store(
         mem = InMemorySearchConnector(embedder=HashingEmbedder())
         mem.upsert(list(seed))
         yield Store("memory", mem, registry)
+        return
+    if request.param == "sqlite":
+        directory = request.getfixturevalue("tmp_path_factory").mktemp("hostile")
+        path = str(directory / "index.db")
+        with SQLiteSearchConnector.open(path, embedder=HashingEmbedder()) as lite:
+            lite.upsert(list(seed))
+            yield Store("sqlite", lite, registry)
         return
     dsn: str = request.getfixturevalue("context_search_dsn")
     schema: str = request.getfixturevalue("schema_factory")()

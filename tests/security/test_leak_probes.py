@@ -38,6 +38,7 @@ from context_search import (
 )
 from context_search.gateway import ToolContext, ToolGateway
 from context_search.postgres import PostgresSearchConnector
+from context_search.sqlite import SQLiteSearchConnector
 from tests.security.conftest import PROBES
 
 PUBLIC = "public"
@@ -194,6 +195,14 @@ class Pair:
     hnsw: tuple[Any, Any] | None = None
 
 
+def fresh_connector(request: pytest.FixtureRequest, backend: str) -> Any:
+    """An empty connector that needs no server: the reference one, or a new SQLite file."""
+    if backend == "memory":
+        return InMemorySearchConnector(embedder=HashingEmbedder())
+    directory = request.getfixturevalue("tmp_path_factory").mktemp("leak")
+    return SQLiteSearchConnector.open(str(directory / "index.db"), embedder=HashingEmbedder())
+
+
 def _fill(connector: Any, *, secret: bool) -> None:
     connector.upsert(list(PUBLIC_DOCS))
     if not secret:
@@ -211,14 +220,18 @@ def _fill(connector: Any, *, secret: bool) -> None:
         )
 
 
-@pytest.fixture(scope="module", params=["memory", "postgres"])
+@pytest.fixture(scope="module", params=["memory", "postgres", "sqlite"])
 def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
-    if request.param == "memory":
-        with_secret = InMemorySearchConnector(embedder=HashingEmbedder())
-        without = InMemorySearchConnector(embedder=HashingEmbedder())
+    if request.param in ("memory", "sqlite"):
+        with_secret, without = (
+            fresh_connector(request, request.param),
+            fresh_connector(request, request.param),
+        )
         _fill(with_secret, secret=True)
         _fill(without, secret=False)
-        yield Pair("memory", with_secret, without)
+        yield Pair(request.param, with_secret, without)
+        with_secret.close()
+        without.close()
         return
     dsn: str = request.getfixturevalue("context_search_dsn")
     make: Callable[[], str] = request.getfixturevalue("schema_factory")
@@ -938,8 +951,9 @@ def test_regression_memory_bm25_statistics_shrink_to_the_targets(
 
 @contextmanager
 def fresh(request: pytest.FixtureRequest, backend: str) -> Iterator[Any]:
-    if backend == "memory":
-        yield InMemorySearchConnector(embedder=HashingEmbedder())
+    if backend in ("memory", "sqlite"):
+        with fresh_connector(request, backend) as store:
+            yield store
         return
     dsn: str = request.getfixturevalue("context_search_dsn")
     schema: str = request.getfixturevalue("schema_factory")()
@@ -947,7 +961,7 @@ def fresh(request: pytest.FixtureRequest, backend: str) -> Iterator[Any]:
         yield store
 
 
-@pytest.mark.parametrize("backend", ["memory", "postgres"])
+@pytest.mark.parametrize("backend", ["memory", "postgres", "sqlite"])
 def test_regression_superseded_by_names_an_invisible_successor(
     request: pytest.FixtureRequest, backend: str
 ) -> None:
@@ -967,6 +981,7 @@ def test_regression_superseded_by_names_an_invisible_successor(
     [
         "memory",  # the reference connector answers the search: nothing to leak
         "postgres",
+        "sqlite",
     ],
 )
 def test_regression_gateway_error_quotes_stored_metadata(
