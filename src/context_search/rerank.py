@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+from context_search import telemetry
 from context_search.contract import (
     ContextDocument,
     ContextDocumentRecord,
@@ -115,7 +116,8 @@ class RerankingConnector:
         wide = replace(query, top_k=max(query.top_k, self._top_n), require_fresh=False)
         resp = self._inner.search(wide)
         head = resp.hits[: self._top_n]
-        scores = self._scores(query.query, head)
+        with telemetry.operation("context_search.rerank", telemetry.rerank_attributes(head)):
+            scores = self._scores(query.query, head)
         reranked = sorted(range(len(head)), key=lambda i: -scores[i])  # stable: fused ties
         hits = [
             replace(head[i], score_parts=replace(head[i].score_parts, rerank_score=scores[i]))

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from context_search import telemetry
 from context_search.contract import (
     ContextDocument,
     ContextDocumentRecord,
@@ -122,6 +123,14 @@ class InMemorySearchConnector:
 
     def upsert(
         self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+    ) -> IngestReport:
+        with telemetry.upsert_span("memory", records, defer_indexing=defer_indexing) as span:
+            report = self._upsert(records, defer_indexing)
+            span.done(report)
+        return report
+
+    def _upsert(
+        self, records: Sequence[ContextDocumentRecord], defer_indexing: bool
     ) -> IngestReport:
         valid = validate_records(records)
         prepared: list[tuple[ContextDocumentRecord, list[Chunk], list[str]]] = []
@@ -239,10 +248,12 @@ class InMemorySearchConnector:
             stored.record = replace(stored.record, permission_scope=scope)
             return True
 
+    @telemetry.reindex_span("context_search.reindex", "memory")
     def reindex(self, *, max_jobs: int | None = None) -> ReindexReport:
         """Index deferred documents one at a time; an embedder failure is retried on the next
         call and marks the document ``failed`` after three attempts."""
         done = retried = failed = 0
+        lags: list[tuple[str, float]] = []
         with self._lock:
             for doc_id in list(self._pending)[:max_jobs]:
                 attempts, since = self._pending.pop(doc_id)
@@ -268,9 +279,10 @@ class InMemorySearchConnector:
                 fresh.lifecycle, fresh.superseded_by = stored.lifecycle, stored.superseded_by
                 self._docs[doc_id] = fresh
                 done += 1
-            return ReindexReport(
-                done=done, retried=retried, failed=failed, remaining=len(self._pending)
-            )
+                lags.append(("index", (self._clock() - since).total_seconds()))
+            remaining = len(self._pending)
+        telemetry.job_lag(lags)
+        return ReindexReport(done=done, retried=retried, failed=failed, remaining=remaining)
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
         validate_supersede(doc_id, superseded_by)
@@ -299,6 +311,7 @@ class InMemorySearchConnector:
 
     # -- read side --------------------------------------------------------------------------
 
+    @telemetry.get_document_span("memory")
     def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
         validate_doc_id(doc_id)
         scopes = validate_scopes(allowed_scopes)
@@ -324,13 +337,21 @@ class InMemorySearchConnector:
             )
 
     def search(self, query: SearchQuery) -> SearchResponse:
+        with telemetry.search_trace("memory") as trace:
+            return self._search(query, trace)
+
+    def _search(self, query: SearchQuery, trace: telemetry.SearchTrace) -> SearchResponse:
         vq = validate_query(query)
+        trace.query(vq)
         with self._lock:
+            trace.stage("rank")
             readable = self._readable(vq.scopes)
             plan = self._plan(vq)
-            return assemble_response(
+            ranking = rank(list(readable.values()), vq, self._embedder, self._fusion, plan)
+            trace.stage("assembly")
+            response = assemble_response(
                 vq,
-                rank(list(readable.values()), vq, self._embedder, self._fusion, plan),
+                ranking,
                 method=self._fusion.method,
                 params=self._fusion.params(plan.vector_weight),
                 notes=plan.notes,
@@ -340,6 +361,8 @@ class InMemorySearchConnector:
                 observed_at=self._clock(),
                 propagation=self._propagation(readable),
             )
+        trace.finish(response)
+        return response
 
     def _plan(self, vq: ValidQuery) -> ArmPlan:
         return plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
@@ -382,6 +405,7 @@ class InMemorySearchConnector:
             ),
         )
 
+    @telemetry.explain_span("memory")
     def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
         validate_doc_id(doc_id)
         vq = validate_query(query)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -27,6 +26,7 @@ from sqlalchemy import Engine, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
+from context_search import telemetry
 from context_search.contract import (
     ContextDocument,
     ContextDocumentRecord,
@@ -38,7 +38,6 @@ from context_search.contract import (
     ReindexReport,
     SearchQuery,
     SearchResponse,
-    StageTimings,
 )
 from context_search.embedding import (
     Embedder,
@@ -74,10 +73,6 @@ from context_search.responses import assemble_explanation, assemble_response
 from context_search.validation import ValidQuery, validate_doc_id, validate_query, validate_scopes
 
 __all__ = ["PostgresSearchConnector"]
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
 
 
 # Everything a search ranks, with snippets and terms: explain needs the whole candidate list.
@@ -335,10 +330,17 @@ class PostgresSearchConnector:
         its size.
         """
         self._writable("upsert")
-        report = self._writes.upsert(
-            records, defer_indexing=defer_indexing, batch_size=batch_size, progress=progress
-        )
-        refresh_statistics(self._engine, report.chunks_written)
+        with telemetry.upsert_span(
+            "postgres", records, defer_indexing=defer_indexing, batch_size=batch_size
+        ) as span:
+            report = self._writes.upsert(
+                records,
+                defer_indexing=defer_indexing,
+                batch_size=batch_size,
+                progress=span.progress(progress),
+            )
+            refresh_statistics(self._engine, report.chunks_written)
+            span.done(report)
         return report
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
@@ -375,6 +377,7 @@ class PostgresSearchConnector:
 
     # -- read side --------------------------------------------------------------------------
 
+    @telemetry.get_document_span("postgres")
     def get_document(
         self,
         doc_id: str,
@@ -433,11 +436,22 @@ class PostgresSearchConnector:
         ``timeout_s`` overrides the read time limit for this call; ``cancel`` stops it from
         another thread. Either ends the call with ``CANCELLED``, never a partial result.
         """
-        started = time.perf_counter()
+        with telemetry.search_trace("postgres") as trace:
+            return self._search(query, trace, cancel, timeout_s)
+
+    def _search(
+        self,
+        query: SearchQuery,
+        trace: telemetry.SearchTrace,
+        cancel: Cancellation | None,
+        timeout_s: float | None,
+    ) -> SearchResponse:
+        """A search, its stages marked on ``trace`` (timings and, if traced, spans)."""
         vq = validate_query(query)
-        t_embed = time.perf_counter()
+        trace.query(vq)
+        trace.stage("embed")
         plan, qvec, cached = self._prepare(vq, "search", cancel, timeout_s)
-        t_connect = time.perf_counter()
+        trace.stage("connect")
         with self._sessions.read(
             vq.scopes,
             "search",
@@ -445,12 +459,12 @@ class PostgresSearchConnector:
             timeout_s=timeout_s,
             tuning=self._statements.tuning(vq),
         ) as s:
-            t_statement = time.perf_counter()
+            trace.stage("statement")
             rows = self._statements.fetch_candidates(s, vq, qvec, vector_weight=plan.vector_weight)
-            t_evidence = time.perf_counter()
+            trace.stage("evidence")
             extra = fetch_evidence_rows(s, vq)
-            t_commit = time.perf_counter()
-        t_assembly = time.perf_counter()
+            trace.stage("commit")
+        trace.stage("assembly")
         result = SearchRows(rows)
         response = assemble_response(
             vq,
@@ -464,23 +478,15 @@ class PostgresSearchConnector:
             propagation=result.propagation,
             notes=plan.notes,
         )
+        trace.finish(response, embed_cached=cached)
         if not self._stage_timings:
             return response
-        done = time.perf_counter()
-        timings = StageTimings(
-            embed_ms=_ms(t_connect - t_embed),
-            embed_cached=cached,
-            connect_ms=_ms(t_statement - t_connect),
-            statement_ms=_ms(t_evidence - t_statement),
-            evidence_ms=_ms(t_commit - t_evidence),
-            commit_ms=_ms(t_assembly - t_commit),
-            assembly_ms=_ms(done - t_assembly),
-            total_ms=_ms(done - started),
-        )
+        timings = trace.timings(embed_cached=cached)
         return dataclasses.replace(
             response, stats=dataclasses.replace(response.stats, timings=timings)
         )
 
+    @telemetry.explain_span("postgres")
     def explain(
         self,
         doc_id: str,

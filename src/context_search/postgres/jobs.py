@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, Row, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import BigInteger, Text
 
+from context_search import telemetry
 from context_search.contract import ReindexReport
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
@@ -76,6 +77,7 @@ _COMPLETE = text(
         lease_until = NULL
     FROM (SELECT clock_timestamp() AS ts) t
     WHERE job_id = ANY(:ids) AND status = 'running' AND worker_id = :worker
+    RETURNING kind, EXTRACT(EPOCH FROM t.ts - requested_at) AS lag
     """
 ).bindparams(bindparam("ids", type_=ARRAY(BigInteger)))
 
@@ -165,6 +167,7 @@ class JobWorker:
         #: Job ids this worker completed, in order (for audits and tests).
         self.completed: list[int] = []
 
+    @telemetry.reindex_span("context_search.jobs.drain", "postgres")
     def drain(
         self, *, max_jobs: int | None = None, progress: JobProgress | None = None
     ) -> ReindexReport:
@@ -184,7 +187,11 @@ class JobWorker:
             if not jobs:
                 break
             taken += len(jobs)
-            d, r, f = self._run_batch(jobs)
+            with telemetry.operation(
+                "context_search.jobs.batch", telemetry.jobs_batch_attributes(j.kind for j in jobs)
+            ) as span:
+                d, r, f = self._run_batch(jobs)
+                span.set(telemetry.jobs_outcome(done=d, retried=r, failed=f))
             done, retried, failed = done + d, retried + r, failed + f
             if progress is not None:
                 progress(done + failed, self.remaining())
@@ -288,10 +295,12 @@ class JobWorker:
                     conn.execute(SYNC_COPIES, {"ids": sync})
                     conn.execute(STATS_DELTA, {"ids": sync, "sign": 1})
                 ids = [j.job_id for j in jobs]
-                marked = conn.execute(_COMPLETE, {"ids": ids, "worker": self.worker_id}).rowcount
-                if marked != len(ids):
-                    raise LeaseLost(f"{len(ids) - marked} job(s) were taken over by another worker")
+                marked = conn.execute(_COMPLETE, {"ids": ids, "worker": self.worker_id}).all()
+                if len(marked) != len(ids):
+                    lost = len(ids) - len(marked)
+                    raise LeaseLost(f"{lost} job(s) were taken over by another worker")
         self.completed.extend(j.job_id for j in jobs)
+        telemetry.job_lag((m.kind, float(m.lag)) for m in marked)
 
     def _sources(self, rows: Sequence[Row[Any]]) -> dict[str, ChunkSource]:
         out: dict[str, ChunkSource] = {}
