@@ -31,6 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--no-peer", action="store_true", help="Skip the langchain-postgres peer.")
+    parser.add_argument(
+        "--backend",
+        choices=("all", "sqlite"),
+        default="all",
+        help="quality only: 'sqlite' measures just the SQLite rows and adds them to the "
+        "dataset's existing result (BENCHMARKS.md is left as it is).",
+    )
     parser.add_argument("--sizes", default="10000,100000", help="Latency index sizes (chunks).")
     parser.add_argument("--filtered-chunks", type=int, default=100_000)
     parser.add_argument(
@@ -54,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     cache_dir = out_dir / "cache" if args.tiny else common.CACHE / "embeddings"
     embedder = common.CachedEmbedder(inner, cache_dir=cache_dir)
     suites = SUITES if args.suite == "all" else (args.suite,)
+    if args.backend == "sqlite":
+        return _quality_sqlite(args, argv, data, embedder, out_dir)
     sizes = tuple(int(s) for s in args.sizes.split(",")) if not args.tiny else (80, 200)
     with common.server(args.dsn) as dsn:
         for suite in suites:
@@ -94,6 +103,29 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import plots
 
         plots.run(out_dir)
+    return 0
+
+
+def _quality_sqlite(
+    args: argparse.Namespace,
+    argv: list[str],
+    data: common.Dataset,
+    embedder: common.CachedEmbedder,
+    out_dir: Path,
+) -> int:
+    from benchmarks import quality
+
+    if args.suite != "quality":
+        raise SystemExit("--backend sqlite applies to the quality suite only")
+    name = f"quality-{data.name}"
+    path = out_dir / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"{path} not found: run the full quality suite on {data.name} first")
+    result = quality.add_sqlite(
+        json.loads(path.read_text()), data, embedder, common.envelope("quality", argv)
+    )
+    embedder.save()
+    common.log(f"wrote {common.write_result(name, result, out_dir)}")
     return 0
 
 

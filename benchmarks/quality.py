@@ -9,13 +9,18 @@ dataset measured so far side by side.
 Beside them, in the same run: stock ``ts_rank_cd`` on the same chunks, a ``rank_bm25``
 reference (BM25Okapi, lowercase word tokens, no stemming) and the peer, langchain-postgres
 ``PGVectorStore`` in hybrid mode on the same server with the same embeddings.
+The built-in SQLite connector indexes the same records with the same embeddings in a
+temporary file: its default search and its lexical arm (FTS5) are the ``sqlite_*`` rows;
+``--backend sqlite`` runs only those and adds them to the dataset's existing result.
 """
 
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -31,6 +36,7 @@ from benchmarks.common import (
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.admin import drop_index
+from context_search.sqlite import SQLiteSearchConnector
 from context_search.text import segment_for_index, segment_for_query
 from context_search.text.indexing import searchable_chunks
 
@@ -135,6 +141,9 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
         convex.close()
         plain.close()
     drop_index(dsn, SCHEMA)
+    lite = run_sqlite(data, embedder)
+    runs.update(lite["runs"])
+    timings.update(lite["timings"])
     runs["ref_rank_bm25"] = _rank_bm25(data)
     if peer:
         runs["peer_langchain_hybrid"], timings["peer_ingest_s"] = _peer(dsn, data, embedder)
@@ -149,6 +158,8 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
         "chunk_bytes": CHUNK_BYTES,
         "timings": timings,
         "our_search_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
+        "sqlite_search_p50_ms": lite["search_p50_ms"],
+        "sqlite_vector_engine": lite["vector_engine"],
         "queries_with_arm_notes": arm_notes,
         "metrics": metrics,
         "targets": {
@@ -163,6 +174,59 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
                 else metrics["hybrid_rrf"]["ndcg@10"] > metrics["peer_langchain_hybrid"]["ndcg@10"]
             ),
         },
+    }
+
+
+def run_sqlite(data: Dataset, embedder: CachedEmbedder) -> dict[str, Any]:
+    """The SQLite connector on the same records, chunking and (cached) embeddings."""
+    runs: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    latencies: list[float] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="cs-quality-") as tmp,
+        SQLiteSearchConnector.open(
+            str(Path(tmp) / "quality.db"),
+            embedder=embedder,
+            chunk_bytes=CHUNK_BYTES,
+            chunk_overlap=200,
+        ) as store,
+    ):
+        t0 = time.perf_counter()
+        store.upsert(data.records)
+        ingest_s = round(time.perf_counter() - t0, 1)
+        embedder.save()
+        log(f"quality: sqlite indexed {len(data.records)} docs in {ingest_s} s")
+        for qid, qtext in sorted(data.queries.items()):
+            q = SearchQuery(query=qtext, allowed_scopes=["public"], top_k=100)
+            start = time.perf_counter()
+            resp = store.search(q)
+            latencies.append(time.perf_counter() - start)
+            runs["sqlite_default"][qid] = [h.doc_id for h in resp.hits]
+            runs["sqlite_lexical"][qid] = _order(resp.rank_log.entries, "lexical_rank")
+        engine = store.vector_engine
+    latencies.sort()
+    return {
+        "runs": dict(runs),
+        "timings": {"sqlite_ingest_s": ingest_s},
+        "search_p50_ms": round(1000 * latencies[len(latencies) // 2], 1),
+        "vector_engine": engine,
+    }
+
+
+def add_sqlite(
+    result: dict[str, Any], data: Dataset, embedder: CachedEmbedder, envelope: dict[str, Any]
+) -> dict[str, Any]:
+    """``result`` (the dataset's last full run) with the SQLite rows measured now; the
+    envelope of this run is kept under ``sqlite_run``."""
+    lite = run_sqlite(data, embedder)
+    metrics = {**result["metrics"]}
+    metrics.update({arm: quality(r, data.qrels) for arm, r in lite["runs"].items()})
+    return {
+        **result,
+        "metrics": metrics,
+        "timings": {**result.get("timings", {}), **lite["timings"]},
+        "sqlite_search_p50_ms": lite["search_p50_ms"],
+        "sqlite_vector_engine": lite["vector_engine"],
+        "sqlite_run": envelope,
     }
 
 
@@ -216,6 +280,8 @@ _ORDER = (
     "ref_ts_rank_cd",
     "ref_rank_bm25",
     "peer_langchain_hybrid",
+    "sqlite_default",
+    "sqlite_lexical",
 )
 _LABELS = {
     "default": "**default** (RRF + arm plan)",
@@ -226,6 +292,8 @@ _LABELS = {
     "ref_ts_rank_cd": "ref: ts_rank_cd",
     "ref_rank_bm25": "ref: rank_bm25 (words)",
     "peer_langchain_hybrid": "peer: langchain-postgres hybrid",
+    "sqlite_default": "SQLite connector, default (FTS5 + sqlite-vec)",
+    "sqlite_lexical": "SQLite connector, lexical (FTS5 BM25)",
 }
 
 
