@@ -179,22 +179,27 @@ def test_a_failed_search_records_its_code_not_its_message(
     assert "no_such_key_x" not in search.to_json()
 
 
-@pytest.mark.integration
-def test_stage_timings_and_spans_come_from_the_same_marks(
-    context_search_dsn: str,
-    context_search_schema: str,
-    context_search_embedder: Embedder,
-    otel: Recorded,
-) -> None:
+@pytest.fixture
+def timed_store(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> Iterator[PostgresSearchConnector]:
+    """A PostgreSQL connector whose searches report their stage timings."""
     with PostgresSearchConnector.open(
         context_search_dsn,
         schema=context_search_schema,
         embedder=context_search_embedder,
         stage_timings=True,
     ) as store:
-        load(store)
-        otel.exporter.clear()
-        resp = store.search(SearchQuery(query="aurora", allowed_scopes=[TEAM]))
+        yield store
+
+
+@pytest.mark.integration
+def test_stage_timings_and_spans_come_from_the_same_marks(
+    timed_store: PostgresSearchConnector, otel: Recorded
+) -> None:
+    load(timed_store)
+    otel.exporter.clear()
+    resp = timed_store.search(SearchQuery(query="aurora", allowed_scopes=[TEAM]))
     timings = resp.stats.timings
     assert timings is not None
     [search] = otel.named("context_search.search")
@@ -377,23 +382,14 @@ def test_memory_and_reranked_spans_carry_no_text_titles_ids_or_scopes(otel: Reco
 
 @pytest.mark.integration
 def test_switched_off_records_nothing_and_keeps_the_timings(
-    context_search_dsn: str,
-    context_search_schema: str,
-    context_search_embedder: Embedder,
-    otel: Recorded,
+    timed_store: PostgresSearchConnector, otel: Recorded
 ) -> None:
     telemetry.set_enabled(False)
     assert not telemetry.enabled()
-    with PostgresSearchConnector.open(
-        context_search_dsn,
-        schema=context_search_schema,
-        embedder=context_search_embedder,
-        stage_timings=True,
-    ) as store:
-        load(store)
-        resp = store.search(SearchQuery(query="aurora", allowed_scopes=[TEAM]))
-        assert store.get_document("runbook", [TEAM]) is not None
-        store.reindex()
+    load(timed_store)
+    resp = timed_store.search(SearchQuery(query="aurora", allowed_scopes=[TEAM]))
+    assert timed_store.get_document("runbook", [TEAM]) is not None
+    timed_store.reindex()
     assert [h.doc_id for h in resp.hits] == ["runbook"]
     timings = resp.stats.timings
     assert timings is not None and timings.statement_ms > 0 and timings.total_ms > 0
