@@ -35,6 +35,7 @@ from context_search.cli import app
 from context_search.contract import GapReport
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine import (
+    ConnectionSettings,
     close_store_engine,
     create_store_engine,
     current_revision,
@@ -123,9 +124,17 @@ def test_the_same_role_cannot_open_a_writer(select_only_dsn: str, filled: str) -
 def test_the_server_refuses_writes_on_a_read_only_engine(
     context_search_dsn: str, filled: str
 ) -> None:
-    """Even under a role that could write, a read-only engine's transactions cannot."""
-    engine = create_store_engine(context_search_dsn, schema=filled, read_only=True)
+    """Even under a role that could write, a read-only engine's transactions cannot, also
+    on a pooled connection a read transaction (``postgresql_readonly``) used before."""
+    engine = create_store_engine(
+        context_search_dsn,
+        schema=filled,
+        read_only=True,
+        connection=ConnectionSettings(min_size=1, max_size=1),
+    )
     try:
+        with engine.connect().execution_options(postgresql_readonly=True) as conn:
+            conn.exec_driver_sql("SELECT 1")
         with pytest.raises(sqlalchemy.exc.InternalError, match="read-only transaction"):
             with engine.begin() as conn:
                 conn.exec_driver_sql("DELETE FROM documents")

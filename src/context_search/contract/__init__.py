@@ -20,6 +20,7 @@ from context_search.contract.evidence import (
     Freshness,
     Propagation,
     SearchEvidence,
+    ServedBy,
 )
 from context_search.contract.gaps import GapReceipt, GapReport, gap_id_for
 from context_search.contract.protocol import SearchConnector
@@ -70,6 +71,7 @@ __all__ = [
     "SearchQuery",
     "SearchResponse",
     "SearchStats",
+    "ServedBy",
     "StageTimings",
     "content_id_for",
     "fusion_arithmetic",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from context_search.contract.records import Lifecycle
 
-__all__ = ["DocumentEvidence", "Freshness", "Propagation", "SearchEvidence"]
+__all__ = ["DocumentEvidence", "Freshness", "Propagation", "SearchEvidence", "ServedBy"]
 
 
 class Freshness(enum.StrEnum):
@@ -52,12 +53,34 @@ class Propagation:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ServedBy:
+    """The server that answered a read, for the service's audit log.
+
+    ``role``: ``primary`` or ``replica``. ``server``: the connector's name for it (host and
+    port, never credentials). ``replay_lag_seconds``: how far the replica's replayed state
+    was behind what it had received from the primary when the read began (0 for the
+    primary). ``replayed_position``: the commit token the replica had replayed (``None``
+    on the primary); a read with ``consistent_with`` is served only where this is at least
+    the token. ``waited_seconds``: time spent waiting for a replica to replay the token.
+    """
+
+    role: Literal["primary", "replica"]
+    server: str
+    replay_lag_seconds: float
+    replayed_position: str | None = None
+    waited_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SearchEvidence:
-    """Proof of how fresh the answer is: read at ``observed_at`` (the store's clock) under
-    index configuration ``config_revision``; one entry per returned document, then one per
-    remaining readable target of ``SearchQuery.targets``."""
+    """Proof of how fresh the answer is: read at ``observed_at`` (the clock of the server
+    that answered) under index configuration ``config_revision``; one entry per returned
+    document, then one per remaining readable target of ``SearchQuery.targets``.
+    ``served_by`` names that server when the connector knows it (``None`` otherwise, e.g.
+    in memory)."""
 
     observed_at: datetime
     config_revision: str
     documents: tuple[DocumentEvidence, ...]
     propagation: Propagation
+    served_by: ServedBy | None = None

@@ -28,6 +28,9 @@ class IngestReport:
     chunks_written: int
     embeddings_computed: int
     committed_batches: int = 1
+    #: The write's commit token: pass it as ``search(..., consistent_with=token)`` to read
+    #: what this call wrote from a replica (``None``: the connector issues none).
+    commit_token: str | None = None
 
     def count(self, outcome: RecordOutcome) -> int:
         return sum(1 for _, o in self.outcomes if o is outcome)

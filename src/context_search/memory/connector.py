@@ -49,8 +49,10 @@ from context_search.responses import (
 from context_search.text import Chunk, tokenize
 from context_search.text.indexing import searchable_chunks
 from context_search.validation import (
+    OnStale,
     ValidQuery,
     record_matches,
+    validate_consistency,
     validate_doc_id,
     validate_gap,
     validate_query,
@@ -312,7 +314,15 @@ class InMemorySearchConnector:
     # -- read side --------------------------------------------------------------------------
 
     @telemetry.get_document_span("memory")
-    def get_document(self, doc_id: str, allowed_scopes: Sequence[str]) -> ContextDocument | None:
+    def get_document(
+        self,
+        doc_id: str,
+        allowed_scopes: Sequence[str],
+        *,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
+    ) -> ContextDocument | None:
+        validate_consistency(consistent_with, on_stale)
         validate_doc_id(doc_id)
         scopes = validate_scopes(allowed_scopes)
         with self._lock:
@@ -336,7 +346,16 @@ class InMemorySearchConnector:
                 superseded_by=stored.superseded_by if visible else None,
             )
 
-    def search(self, query: SearchQuery) -> SearchResponse:
+    def search(
+        self,
+        query: SearchQuery,
+        *,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
+    ) -> SearchResponse:
+        """``consistent_with`` (a commit token) is validated like everywhere and always
+        satisfied: one process, one copy, every write visible at once."""
+        validate_consistency(consistent_with, on_stale)
         with telemetry.search_trace("memory") as trace:
             return self._search(query, trace)
 
@@ -406,7 +425,15 @@ class InMemorySearchConnector:
         )
 
     @telemetry.explain_span("memory")
-    def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
+    def explain(
+        self,
+        doc_id: str,
+        query: SearchQuery,
+        *,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
+    ) -> RankExplanation:
+        validate_consistency(consistent_with, on_stale)
         validate_doc_id(doc_id)
         vq = validate_query(query)
         with self._lock:

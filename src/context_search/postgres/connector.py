@@ -17,10 +17,8 @@ statement of the call. The parts:
 from __future__ import annotations
 
 import dataclasses
-import threading
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Engine, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -29,15 +27,11 @@ from sqlalchemy.types import Text
 from context_search import telemetry
 from context_search.contract import (
     ContextDocument,
-    ContextDocumentRecord,
-    GapReceipt,
-    GapReport,
-    IngestReport,
     Lifecycle,
     RankExplanation,
-    ReindexReport,
     SearchQuery,
     SearchResponse,
+    ServedBy,
 )
 from context_search.embedding import (
     Embedder,
@@ -45,19 +39,20 @@ from context_search.embedding import (
     default_embedder,
     embedder_scripts,
 )
-from context_search.errors import InvalidConfigError, NotFoundError, UnauthorizedError
+from context_search.errors import InvalidConfigError, NotFoundError
 from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.postgres.cancel import Cancellation
-from context_search.postgres.config import activate_config, read_active_config
-from context_search.postgres.engine import (
-    ConnectionSettings,
-    close_store_engine,
-    create_store_engine,
-    migrate,
-    require_head,
+from context_search.postgres.engine import ConnectionSettings, close_store_engine
+from context_search.postgres.ingest import IndexSettings
+from context_search.postgres.opening import open_primary, open_replicas
+from context_search.postgres.query_vectors import QueryVectors
+from context_search.postgres.replicas import (
+    CommitTokens,
+    Replica,
+    RoutedReadSessions,
+    server_name,
 )
-from context_search.postgres.ingest import IndexSettings, ProgressCallback
-from context_search.postgres.jobs import JobProgress, JobWorker
+from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.rows import SearchRows, context_document, index_state
 from context_search.postgres.search import (
     SearchStatements,
@@ -67,51 +62,28 @@ from context_search.postgres.search import (
 from context_search.postgres.server import resolve_server
 from context_search.postgres.session import ReadSessions, validate_planner_settings
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
-from context_search.postgres.statistics import refresh_statistics
+from context_search.postgres.write_side import WriteSide
 from context_search.postgres.writes import Writes
 from context_search.responses import assemble_explanation, assemble_response
-from context_search.validation import ValidQuery, validate_doc_id, validate_query, validate_scopes
+from context_search.validation import (
+    OnStale,
+    ValidQuery,
+    validate_consistency,
+    validate_doc_id,
+    validate_query,
+    validate_scopes,
+)
 
-__all__ = ["PostgresSearchConnector"]
+__all__ = ["PostgresSearchConnector", "QueryVectors"]
+
+T = TypeVar("T")
 
 
 # Everything a search ranks, with snippets and terms: explain needs the whole candidate list.
 _EXPLAIN_DETAIL = 1_000_000
 
 
-class QueryVectors:
-    """The vectors of the most recently embedded query texts (least recently used goes).
-
-    Embedding one query costs tens of milliseconds on a CPU, several times the SQL of a
-    search; agents and services repeat queries (retries, pagination, the same question from
-    several users), and a query's vector depends only on its text and the model, which is
-    fixed for a connector. ``size`` 0 turns the cache off.
-    """
-
-    def __init__(self, embedder: Embedder, size: int = 1024) -> None:
-        self._embedder = embedder
-        self._size = size
-        self._vectors: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, text: str) -> tuple[Any, bool]:
-        """``text``'s vector, and whether it came from the cache."""
-        with self._lock:
-            vector = self._vectors.get(text)
-            if vector is not None:
-                self._vectors.move_to_end(text)
-                return vector, True
-        vector = self._embedder.embed_query(text)
-        if self._size > 0:
-            with self._lock:
-                self._vectors[text] = vector
-                self._vectors.move_to_end(text)
-                while len(self._vectors) > self._size:
-                    self._vectors.popitem(last=False)
-        return vector, False
-
-
-class PostgresSearchConnector:
+class PostgresSearchConnector(WriteSide):
     """Hybrid retrieval over one index schema; use :meth:`open` to construct.
 
     ``fusion`` selects RRF (default) or convex combination; ``pool_size`` bounds each arm.
@@ -134,6 +106,9 @@ class PostgresSearchConnector:
         query_cache_size: int = 1024,
         stage_timings: bool = False,
         read_only: bool = False,
+        replicas: Sequence[tuple[str, Engine]] = (),
+        replica_settings: ReplicaSettings | None = None,
+        read_your_writes: bool = False,
     ) -> None:
         self._engine = engine
         self._read_only = read_only
@@ -144,12 +119,25 @@ class PostgresSearchConnector:
         self._settings = settings
         self._fusion = fusion
         self._owns_engine = owns_engine
-        self._sessions = ReadSessions(
-            engine,
-            reader_role=f"{schema}_reader",
-            connection=connection or ConnectionSettings(),
-            planner=planner_settings,
+
+        def sessions(on: Engine) -> ReadSessions:
+            return ReadSessions(
+                on,
+                reader_role=f"{schema}_reader",
+                connection=connection or ConnectionSettings(),
+                planner=planner_settings,
+            )
+
+        self._sessions = RoutedReadSessions(
+            sessions(engine),
+            primary_name=server_name(
+                engine.url.set(drivername="postgresql").render_as_string(hide_password=True)
+            ),
+            replicas=[Replica(name, e, sessions(e)) for name, e in replicas],
+            settings=replica_settings,
         )
+        self._tokens = CommitTokens(engine)
+        self._read_your_writes = read_your_writes
         self._statements = SearchStatements(
             fusion=fusion,
             text_search_config=settings.text_search_config,
@@ -183,6 +171,9 @@ class PostgresSearchConnector:
         connection: ConnectionSettings | None = None,
         query_cache_size: int = 1024,
         stage_timings: bool = False,
+        read_dsns: Sequence[str] = (),
+        replicas: ReplicaSettings | None = None,
+        read_your_writes: bool = False,
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
@@ -219,15 +210,19 @@ class PostgresSearchConnector:
         schema is migrated on open unless ``auto_migrate=False`` (``auto_migrate=True`` or
         ``reconfigure=True`` with ``read_only=True`` is ``INVALID_CONFIG``).
 
+        ``read_dsns``: streaming replicas (hot standbys) of ``dsn``. ``search``,
+        ``get_document`` and ``explain`` run on a healthy replica chosen by replay lag, and
+        fail over to another replica or the primary when one breaks; writes and jobs run on
+        the primary (``replicas``: see :class:`ReplicaSettings`). Writes expose a commit
+        token (``IngestReport.commit_token``, :attr:`last_commit_token`); a read given
+        ``consistent_with=token`` is served only where the token was replayed.
+        ``read_your_writes=True`` applies the latest token of this connector's own writes to
+        every read.
+
         Malformed ``pool_size`` or ``planner_settings`` raise ``INVALID_CONFIG`` before any
         connection is made.
         """
         schema = validate_schema(schema or DEFAULT_SCHEMA)
-        if read_only and (auto_migrate or reconfigure):
-            raise InvalidConfigError(
-                "a read_only connector cannot migrate or reconfigure the index",
-                details={"field": "auto_migrate" if auto_migrate else "reconfigure"},
-            )
         planner = validate_planner_settings(planner_settings)
         if not 1 <= pool_size <= 1000:
             raise InvalidConfigError(
@@ -236,21 +231,23 @@ class PostgresSearchConnector:
         handle = resolve_server(dsn)
         embedder = embedder or default_embedder()
         connection = connection or ConnectionSettings()
-        engine = create_store_engine(
-            handle.dsn, schema=schema, connection=connection, read_only=read_only
+        replica_settings = replicas or ReplicaSettings()
+        engine, settings = open_primary(
+            handle.dsn,
+            schema=schema,
+            embedder=embedder,
+            connection=connection,
+            read_only=read_only,
+            auto_migrate=auto_migrate,
+            reconfigure=reconfigure,
+            chunk_bytes=chunk_bytes,
+            chunk_overlap=chunk_overlap,
+            text_search_config=text_search_config,
         )
         try:
-            if read_only:
-                require_head(engine, schema=schema)
-                settings = read_active_config(
-                    engine, embedder, chunk_bytes, chunk_overlap, text_search_config
-                )
-            else:
-                if auto_migrate is not False:
-                    migrate(engine, schema=schema, dimension=embedder.dimension)
-                settings = activate_config(
-                    engine, embedder, chunk_bytes, chunk_overlap, text_search_config, reconfigure
-                )
+            read_engines = open_replicas(
+                read_dsns, schema=schema, connection=connection, settings=replica_settings
+            )
         except BaseException:
             close_store_engine(engine)
             raise
@@ -270,6 +267,9 @@ class PostgresSearchConnector:
             query_cache_size=query_cache_size,
             stage_timings=stage_timings,
             read_only=read_only,
+            replicas=read_engines,
+            replica_settings=replica_settings,
+            read_your_writes=read_your_writes,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -281,6 +281,8 @@ class PostgresSearchConnector:
     def close(self) -> None:
         if self._owns_engine:
             close_store_engine(self._engine)
+            for replica in self._sessions.replicas:
+                close_store_engine(replica.engine)
 
     @property
     def engine(self) -> Engine:
@@ -298,83 +300,6 @@ class PostgresSearchConnector:
     def read_only(self) -> bool:
         return self._read_only
 
-    def _writable(self, action: str) -> None:
-        """Refuse a write on a read-only connector before anything is prepared or sent."""
-        if self._read_only:
-            raise UnauthorizedError(
-                f"{action}: this connector was opened read_only", details={"action": action}
-            )
-
-    # -- write side -------------------------------------------------------------------------
-
-    def upsert(
-        self,
-        records: Sequence[ContextDocumentRecord],
-        *,
-        defer_indexing: bool = False,
-        batch_size: int = 256,
-        progress: ProgressCallback | None = None,
-    ) -> IngestReport:
-        """Insert or replace records, one transaction per ``batch_size`` records: all or
-        nothing per batch, not per call.
-
-        Validation covers every record before the first write. A failure inside a batch
-        rolls that batch back completely; earlier batches stay committed, and the error's
-        ``details["committed"]`` / ``details["committed_batches"]`` say how many (the first
-        ``committed`` records of the input). ``IngestReport.committed_batches`` counts the
-        transactions of a call that succeeded.
-        ``defer_indexing``: store now, chunk and embed in an index job (:meth:`reindex`,
-        ``context-search reindex``) — evidence reports such documents ``pending``.
-        A call that wrote many chunks (1,000 and a tenth of the index or more) analyzes the
-        search's tables before it returns, so searches right after a load are planned for
-        its size.
-        """
-        self._writable("upsert")
-        with telemetry.upsert_span(
-            "postgres", records, defer_indexing=defer_indexing, batch_size=batch_size
-        ) as span:
-            report = self._writes.upsert(
-                records,
-                defer_indexing=defer_indexing,
-                batch_size=batch_size,
-                progress=span.progress(progress),
-            )
-            refresh_statistics(self._engine, report.chunks_written)
-            span.done(report)
-        return report
-
-    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
-        """Visibility changes at once, in one transaction; deleted content is purged by a job."""
-        self._writable("delete_or_supersede")
-        return self._writes.delete_or_supersede(doc_id, superseded_by)
-
-    def rescope(self, doc_id: str, new_scope: str) -> bool:
-        """Move a live document to ``new_scope``: document, chunks, postings and statistics
-        change in one transaction, so from its commit no reader of the old scope sees it.
-
-        A ``rescope`` job records the change (``visible_at`` = the commit) and its worker
-        verifies every copy followed. The stored record hash is invalidated, so ingesting
-        the original record again restores the old scope instead of being skipped.
-        """
-        self._writable("rescope")
-        return self._writes.rescope(doc_id, new_scope)
-
-    def worker(self, **options: Any) -> JobWorker:
-        """A job worker for this index configuration (options: see :class:`JobWorker`)."""
-        self._writable("worker")
-        return JobWorker(self._engine, embedder=self._embedder, settings=self._settings, **options)
-
-    def reindex(
-        self, *, max_jobs: int | None = None, progress: JobProgress | None = None
-    ) -> ReindexReport:
-        """Work the queue in this thread until nothing is claimable (see ``JobWorker``)."""
-        return self.worker().drain(max_jobs=max_jobs, progress=progress)
-
-    def report_gap(self, report: GapReport) -> GapReceipt:
-        """Record a gap; the same report again (same ``gap_id``) counts an occurrence."""
-        self._writable("report_gap")
-        return self._writes.report_gap(report)
-
     # -- read side --------------------------------------------------------------------------
 
     @telemetry.get_document_span("postgres")
@@ -385,9 +310,25 @@ class PostgresSearchConnector:
         *,
         cancel: Cancellation | None = None,
         timeout_s: float | None = None,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
     ) -> ContextDocument | None:
         validate_doc_id(doc_id)
         scopes = validate_scopes(allowed_scopes)
+        return self._routed(
+            "get_document",
+            lambda: self._get_document(doc_id, scopes, cancel, timeout_s),
+            consistent_with,
+            on_stale,
+        )[0]
+
+    def _get_document(
+        self,
+        doc_id: str,
+        scopes: frozenset[str],
+        cancel: Cancellation | None,
+        timeout_s: float | None,
+    ) -> ContextDocument | None:
         with self._sessions.read(
             scopes, "get_document", cancel=cancel, timeout_s=timeout_s
         ) as session:
@@ -403,6 +344,17 @@ class PostgresSearchConnector:
                 {"id": doc_id, "scopes": sorted(scopes)},
             ).one_or_none()
         return None if row is None else context_document(row)
+
+    def _routed(
+        self, action: str, call: Callable[[], T], consistent_with: object, on_stale: object
+    ) -> tuple[T, ServedBy]:
+        """Run a read ``call`` where routing puts it, consistent with the caller's token
+        (and, with ``read_your_writes``, with this connector's latest write)."""
+        token = validate_consistency(consistent_with, on_stale)
+        if self._read_your_writes:
+            token = max(token or 0, self._tokens.latest) or None
+        stale: OnStale = "raise" if on_stale == "raise" else "primary"
+        return self._sessions.run(action, call, token=token, on_stale=stale)
 
     def _prepare(
         self,
@@ -430,14 +382,28 @@ class PostgresSearchConnector:
         *,
         cancel: Cancellation | None = None,
         timeout_s: float | None = None,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
     ) -> SearchResponse:
         """Hybrid search in one read snapshot.
 
         ``timeout_s`` overrides the read time limit for this call; ``cancel`` stops it from
         another thread. Either ends the call with ``CANCELLED``, never a partial result.
+        ``consistent_with``: a commit token; with replicas, the search waits (at most
+        ``ReplicaSettings.consistency_wait_s``) for a replica that replayed it, else reads
+        the primary (``on_stale="primary"``) or raises ``INDEX_STALE`` (``"raise"``).
+        ``evidence.served_by`` names the server that answered.
         """
         with telemetry.search_trace("postgres") as trace:
-            return self._search(query, trace, cancel, timeout_s)
+            response, served = self._routed(
+                "search",
+                lambda: self._search(query, trace, cancel, timeout_s),
+                consistent_with,
+                on_stale,
+            )
+        return dataclasses.replace(
+            response, evidence=dataclasses.replace(response.evidence, served_by=served)
+        )
 
     def _search(
         self,
@@ -494,12 +460,28 @@ class PostgresSearchConnector:
         *,
         cancel: Cancellation | None = None,
         timeout_s: float | None = None,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
     ) -> RankExplanation:
         """Why ``doc_id`` ranks where it does for ``query`` (``NOT_FOUND`` when the caller
         cannot read it). The document's verdicts and the ranking are read in one snapshot,
-        under one time limit and ``cancel``, like a search."""
+        under one time limit and ``cancel``, like a search, and routed like one."""
         validate_doc_id(doc_id)
         vq = validate_query(query)
+        return self._routed(
+            "explain",
+            lambda: self._explain(doc_id, vq, cancel, timeout_s),
+            consistent_with,
+            on_stale,
+        )[0]
+
+    def _explain(
+        self,
+        doc_id: str,
+        vq: ValidQuery,
+        cancel: Cancellation | None,
+        timeout_s: float | None,
+    ) -> RankExplanation:
         plan, qvec, _ = self._prepare(vq, "explain", cancel, timeout_s)
         with self._sessions.read(
             vq.scopes,

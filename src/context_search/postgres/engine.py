@@ -139,6 +139,20 @@ class _PoolReturningConnection(psycopg.Connection[Any]):
         super().close()
 
 
+class _ReadOnlyConnection(_PoolReturningConnection):
+    """A connection whose transactions always begin ``READ ONLY``.
+
+    SQLAlchemy resets a connection it lent out with ``postgresql_readonly=True`` to
+    ``read_only = False`` when it comes back, and psycopg then begins the next transaction
+    with ``BEGIN READ WRITE``, which overrides ``default_transaction_read_only`` (and which
+    a hot standby refuses). Here ``False`` is read as "the default", so a read-only engine
+    stays read only whatever was borrowed before.
+    """
+
+    def _set_read_only(self, value: bool | None) -> None:
+        super()._set_read_only(True)
+
+
 _POOLS: weakref.WeakKeyDictionary[Engine, ConnectionPool[Any]] = weakref.WeakKeyDictionary()
 
 _SAFE_INT_DIGITS = len(str(MAX_SAFE_INT))
@@ -198,7 +212,7 @@ def create_store_engine(
     url = sqlalchemy_url(dsn)
     pool: ConnectionPool[Any] = ConnectionPool(
         url.replace("postgresql+psycopg://", "postgresql://", 1),
-        connection_class=_PoolReturningConnection,
+        connection_class=_ReadOnlyConnection if read_only else _PoolReturningConnection,
         kwargs={
             "options": options,
             "connect_timeout": cfg.connect_timeout_s,

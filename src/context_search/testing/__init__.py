@@ -11,6 +11,9 @@ Installing the package registers the pytest plugin :mod:`context_search.testing.
     role (see :func:`temporary_schema`).
 ``context_search_embedder``
     ``HashingEmbedder()``; override the fixture to test with your own embedder.
+``context_search_replica_dsn`` (session)
+    A hot standby of that server: ``$CONTEXT_SEARCH_REPLICA_DSN``, else a streaming replica
+    started with the embedded server's binaries (see :func:`provision_replica`).
 ``context_search_connector``
     A ``PostgresSearchConnector`` on that server, schema and embedder, closed afterwards.
 
@@ -23,15 +26,19 @@ Nothing here connects, or imports psycopg or SQLAlchemy, until a fixture or help
 from context_search.testing.conformance import ConformanceSuite
 from context_search.testing.postgres import (
     PGVECTOR_IMAGE,
+    REPLICA_ENV_VAR,
     drop_schema_and_role,
+    provision_replica,
     provision_server,
     temporary_schema,
 )
 
 __all__ = [
     "PGVECTOR_IMAGE",
+    "REPLICA_ENV_VAR",
     "ConformanceSuite",
     "drop_schema_and_role",
+    "provision_replica",
     "provision_server",
     "temporary_schema",
 ]

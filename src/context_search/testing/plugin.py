@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from context_search.embedding import Embedder, HashingEmbedder
-from context_search.testing.postgres import provision_server, temporary_schema
+from context_search.testing.postgres import provision_replica, provision_server, temporary_schema
 
 if TYPE_CHECKING:
     from context_search.postgres import PostgresSearchConnector
@@ -22,6 +22,7 @@ __all__ = [
     "context_search_connector",
     "context_search_dsn",
     "context_search_embedder",
+    "context_search_replica_dsn",
     "context_search_schema",
 ]
 
@@ -35,6 +36,18 @@ def context_search_dsn() -> Iterator[str]:
     when the session ends.
     """
     with provision_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="session")
+def context_search_replica_dsn(context_search_dsn: str) -> Iterator[str]:
+    """A libpq URI for a hot standby streaming from ``context_search_dsn``.
+
+    ``$CONTEXT_SEARCH_REPLICA_DSN`` if set, else a replica started for the session with the
+    embedded server's binaries (``pg_basebackup -R``, its own data dir and port). Schemas
+    made through ``context_search_schema`` appear on it once replayed.
+    """
+    with provision_replica(context_search_dsn) as dsn:
         yield dsn
 
 

@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PGVECTOR_IMAGE", "drop_schema_and_role", "provision_server", "temporary_schema"]
+__all__ = [
+    "PGVECTOR_IMAGE",
+    "REPLICA_ENV_VAR",
+    "drop_schema_and_role",
+    "provision_replica",
+    "provision_server",
+    "temporary_schema",
+]
+
+#: A hot standby of ``$CONTEXT_SEARCH_DSN`` to use instead of starting one.
+REPLICA_ENV_VAR = "CONTEXT_SEARCH_REPLICA_DSN"
 
 #: The image started when no DSN is configured and a Docker engine answers.
 PGVECTOR_IMAGE = "pgvector/pgvector:pg17"
@@ -43,6 +53,26 @@ def provision_server() -> Iterator[str]:
         else:
             dsn = stack.enter_context(temporary_server()).dsn
         yield dsn
+
+
+@contextmanager
+def provision_replica(primary_dsn: str) -> Iterator[str]:
+    """Yield a libpq URI for a streaming replica of ``primary_dsn``.
+
+    ``$CONTEXT_SEARCH_REPLICA_DSN`` when set (a standby of ``$CONTEXT_SEARCH_DSN``), else one
+    started here with the embedded server's binaries (``pg_basebackup -R`` into a temp dir,
+    its own socket and port), stopped and deleted on exit. No replica is a setup error, not
+    a skip.
+    """
+    from context_search.postgres.server import resolve_server
+    from context_search.postgres.standby import temporary_replica
+
+    configured = os.environ.get(REPLICA_ENV_VAR, "").strip()
+    if configured:
+        yield resolve_server(configured).dsn
+        return
+    with temporary_replica(primary_dsn) as replica:
+        yield replica.dsn
 
 
 @contextmanager

@@ -4,6 +4,11 @@ One implementation means one set of limits and one set of error codes across bac
 Connectors call these explicitly at their boundary; nothing here touches storage.
 """
 
+from context_search.validation.consistency import (
+    OnStale,
+    format_position,
+    validate_consistency,
+)
 from context_search.validation.filters import (
     FILTER_FIELDS,
     FilterClause,
@@ -44,10 +49,13 @@ __all__ = [
     "MAX_TARGETS",
     "MAX_TOP_K",
     "FilterClause",
+    "OnStale",
     "ValidQuery",
     "check_text",
+    "format_position",
     "parse_filters",
     "record_matches",
+    "validate_consistency",
     "validate_doc_id",
     "validate_gap",
     "validate_query",

@@ -1,0 +1,114 @@
+"""Opening an index: the primary brought to a usable state, and the replicas' engines.
+
+A writer migrates (unless told not to) and activates its index configuration; a read-only
+opener only checks — revision at the package's head, configuration active and equal — and
+its engine's transactions are read only on the server. Replicas are never migrated or
+checked here (they replay the primary's schema); their engines are created without a
+connect check, so a replica that is down when the service starts costs reads nothing but a
+failover, and it joins the rotation once it answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import psycopg
+from sqlalchemy import Engine
+
+from context_search.embedding import Embedder
+from context_search.errors import InvalidConfigError
+from context_search.postgres.config import activate_config, read_active_config
+from context_search.postgres.engine import (
+    ConnectionSettings,
+    close_store_engine,
+    create_store_engine,
+    migrate,
+    require_head,
+)
+from context_search.postgres.ingest import IndexSettings
+from context_search.postgres.replicas import server_name
+from context_search.postgres.routing import ReplicaSettings
+from context_search.postgres.server import sqlalchemy_url
+
+__all__ = ["open_primary", "open_replicas"]
+
+
+def open_primary(
+    dsn: str,
+    *,
+    schema: str,
+    embedder: Embedder,
+    connection: ConnectionSettings,
+    read_only: bool,
+    auto_migrate: bool | None,
+    reconfigure: bool,
+    chunk_bytes: int,
+    chunk_overlap: int,
+    text_search_config: str,
+) -> tuple[Engine, IndexSettings]:
+    """The engine of ``dsn`` and its active index settings (``PostgresSearchConnector.open``)."""
+    if read_only and (auto_migrate or reconfigure):
+        raise InvalidConfigError(
+            "a read_only connector cannot migrate or reconfigure the index",
+            details={"field": "auto_migrate" if auto_migrate else "reconfigure"},
+        )
+    engine = create_store_engine(dsn, schema=schema, connection=connection, read_only=read_only)
+    try:
+        if read_only:
+            require_head(engine, schema=schema)
+            settings = read_active_config(
+                engine, embedder, chunk_bytes, chunk_overlap, text_search_config
+            )
+        else:
+            if auto_migrate is not False:
+                migrate(engine, schema=schema, dimension=embedder.dimension)
+            settings = activate_config(
+                engine, embedder, chunk_bytes, chunk_overlap, text_search_config, reconfigure
+            )
+    except BaseException:
+        close_store_engine(engine)
+        raise
+    return engine, settings
+
+
+def open_replicas(
+    read_dsns: Sequence[str],
+    *,
+    schema: str,
+    connection: ConnectionSettings,
+    settings: ReplicaSettings,
+) -> list[tuple[str, Engine]]:
+    """A read-only engine per replica DSN, named ``host:port`` (``INVALID_CONFIG`` for a DSN
+    that does not parse or a name given twice); nothing is connected yet."""
+    if isinstance(read_dsns, str):
+        raise InvalidConfigError("read_dsns must be a list of DSNs", details={"field": "read_dsns"})
+    replica_connection = dataclasses.replace(
+        connection,
+        pool_timeout_s=min(connection.pool_timeout_s, settings.pool_timeout_s),
+        connect_timeout_s=min(connection.connect_timeout_s, settings.connect_timeout_s),
+    )
+    engines: list[tuple[str, Engine]] = []
+    try:
+        for dsn in read_dsns:
+            try:
+                sqlalchemy_url(dsn)
+                name = server_name(dsn)
+            except (ValueError, TypeError, psycopg.Error) as exc:
+                raise InvalidConfigError(
+                    "read_dsns holds a string that is not a PostgreSQL DSN",
+                    details={"field": "read_dsns"},
+                ) from exc
+            if name in (n for n, _ in engines):
+                raise InvalidConfigError(
+                    f"read_dsns names the server {name} twice", details={"field": "read_dsns"}
+                )
+            engine = create_store_engine(
+                dsn, schema=schema, connection=replica_connection, read_only=True
+            )
+            engines.append((name, engine))
+    except BaseException:
+        for _, engine in engines:
+            close_store_engine(engine)
+        raise
+    return engines

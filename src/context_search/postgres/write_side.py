@@ -1,0 +1,130 @@
+"""The write side of ``PostgresSearchConnector``: every call that changes the index.
+
+Writes run on the primary, as the owning role, and each one that changes what readers see
+leaves a commit token (see :class:`~context_search.postgres.replicas.CommitTokens`) so a
+later read can be made consistent with it. A read-only connector refuses all of them
+before anything is prepared or sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Engine
+
+from context_search import telemetry
+from context_search.contract import (
+    ContextDocumentRecord,
+    GapReceipt,
+    GapReport,
+    IngestReport,
+    ReindexReport,
+)
+from context_search.embedding import GuardedEmbedder
+from context_search.errors import UnauthorizedError
+from context_search.postgres.ingest import IndexSettings, ProgressCallback
+from context_search.postgres.jobs import JobProgress, JobWorker
+from context_search.postgres.replicas import CommitTokens
+from context_search.postgres.statistics import refresh_statistics
+from context_search.postgres.writes import Writes
+
+__all__ = ["WriteSide"]
+
+
+class WriteSide:
+    """Write methods mixed into the connector, over the attributes it sets."""
+
+    _engine: Engine
+    _embedder: GuardedEmbedder
+    _settings: IndexSettings
+    _writes: Writes
+    _tokens: CommitTokens
+    _read_only: bool
+
+    @property
+    def last_commit_token(self) -> str | None:
+        """The commit token of this thread's latest write through this connector (``None``
+        before the first): ``delete_or_supersede`` and ``rescope`` return a bool, so their
+        token is read here, right after the call."""
+        return self._tokens.last
+
+    def _writable(self, action: str) -> None:
+        """Refuse a write on a read-only connector before anything is prepared or sent."""
+        if self._read_only:
+            raise UnauthorizedError(
+                f"{action}: this connector was opened read_only", details={"action": action}
+            )
+
+    def upsert(
+        self,
+        records: Sequence[ContextDocumentRecord],
+        *,
+        defer_indexing: bool = False,
+        batch_size: int = 256,
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Insert or replace records, one transaction per ``batch_size`` records: all or
+        nothing per batch, not per call.
+
+        Validation covers every record before the first write. A failure inside a batch
+        rolls that batch back completely; earlier batches stay committed, and the error's
+        ``details["committed"]`` / ``details["committed_batches"]`` say how many (the first
+        ``committed`` records of the input). ``IngestReport.committed_batches`` counts the
+        transactions of a call that succeeded.
+        ``defer_indexing``: store now, chunk and embed in an index job (:meth:`reindex`,
+        ``context-search reindex``) — evidence reports such documents ``pending``.
+        A call that wrote many chunks (1,000 and a tenth of the index or more) analyzes the
+        search's tables before it returns, so searches right after a load are planned for
+        its size.
+        """
+        self._writable("upsert")
+        with telemetry.upsert_span(
+            "postgres", records, defer_indexing=defer_indexing, batch_size=batch_size
+        ) as span:
+            report = self._writes.upsert(
+                records,
+                defer_indexing=defer_indexing,
+                batch_size=batch_size,
+                progress=span.progress(progress),
+            )
+            refresh_statistics(self._engine, report.chunks_written)
+            span.done(report)
+        return dataclasses.replace(report, commit_token=self._tokens.after_write())
+
+    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
+        """Visibility changes at once, in one transaction; deleted content is purged by a job."""
+        self._writable("delete_or_supersede")
+        changed = self._writes.delete_or_supersede(doc_id, superseded_by)
+        self._tokens.after_write()
+        return changed
+
+    def rescope(self, doc_id: str, new_scope: str) -> bool:
+        """Move a live document to ``new_scope``: document, chunks, postings and statistics
+        change in one transaction, so from its commit no reader of the old scope sees it.
+
+        A ``rescope`` job records the change (``visible_at`` = the commit) and its worker
+        verifies every copy followed. The stored record hash is invalidated, so ingesting
+        the original record again restores the old scope instead of being skipped.
+        """
+        self._writable("rescope")
+        changed = self._writes.rescope(doc_id, new_scope)
+        self._tokens.after_write()
+        return changed
+
+    def worker(self, **options: Any) -> JobWorker:
+        """A job worker for this index configuration (options: see :class:`JobWorker`)."""
+        self._writable("worker")
+        return JobWorker(self._engine, embedder=self._embedder, settings=self._settings, **options)
+
+    def reindex(
+        self, *, max_jobs: int | None = None, progress: JobProgress | None = None
+    ) -> ReindexReport:
+        """Work the queue in this thread until nothing is claimable (see ``JobWorker``)."""
+        return self.worker().drain(max_jobs=max_jobs, progress=progress)
+
+    def report_gap(self, report: GapReport) -> GapReceipt:
+        """Record a gap; the same report again (same ``gap_id``) counts an occurrence."""
+        self._writable("report_gap")
+        return self._writes.report_gap(report)

@@ -1,0 +1,288 @@
+"""Reads on a streaming replica, writes on the primary, read-your-writes through commit tokens.
+
+The replica is real: ``context_search_replica_dsn`` streams from the session's server (see
+``context_search.postgres.standby``), and the tests that stop a replica start their own.
+Replay is paused with ``pg_wal_replay_pause()`` to hold a replica provably behind a write,
+so "never served stale past a token" is shown on a replica that really is stale.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from context_search import (
+    BackendUnavailableError,
+    ContextDocumentRecord,
+    Embedder,
+    HashingEmbedder,
+    IndexStaleError,
+    InvalidQueryError,
+    SearchConnector,
+    SearchQuery,
+)
+from context_search.conformance import ConnectorFactory
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.replicas import server_name
+from context_search.postgres.routing import ReplicaSettings
+from context_search.postgres.standby import temporary_replica
+from context_search.testing import ConformanceSuite, temporary_schema
+
+
+def _doc(
+    doc_id: str, scope: str = "team", body: str = "The aurora service restarts nightly."
+) -> ContextDocumentRecord:
+    return ContextDocumentRecord(document_id=doc_id, body=body, permission_scope=scope)
+
+
+@contextmanager
+def paused(replica_dsn: str) -> Iterator[None]:
+    """WAL replay on the replica stopped: it keeps receiving, but applies nothing."""
+    with psycopg.connect(replica_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_wal_replay_pause()")
+        try:
+            yield
+        finally:
+            conn.execute("SELECT pg_wal_replay_resume()")
+
+
+@pytest.fixture
+def split(
+    context_search_dsn: str, context_search_replica_dsn: str, context_search_schema: str
+) -> Iterator[PostgresSearchConnector]:
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=context_search_schema,
+        embedder=HashingEmbedder(),
+        read_dsns=[context_search_replica_dsn],
+        replicas=ReplicaSettings(consistency_wait_s=0.5),
+    ) as store:
+        yield store
+
+
+def test_reads_go_to_the_replica_and_say_so(
+    split: PostgresSearchConnector, context_search_replica_dsn: str
+) -> None:
+    report = split.upsert([_doc("runbook"), _doc("secret", "restricted")])
+    assert report.commit_token is not None
+    before = datetime.now(UTC)
+    resp = split.search(
+        SearchQuery(query="aurora", allowed_scopes=["team"]), consistent_with=report.commit_token
+    )
+    assert [h.doc_id for h in resp.hits] == ["runbook"]  # scopes and RLS hold on the replica
+    served = resp.evidence.served_by
+    assert served is not None and served.role == "replica"
+    assert served.server == server_name(context_search_replica_dsn)
+    assert served.replay_lag_seconds >= 0 and served.replayed_position is not None
+    assert before - timedelta(seconds=5) < resp.evidence.observed_at < before + timedelta(seconds=5)
+    assert split.get_document("runbook", ["team"], consistent_with=report.commit_token)
+    assert split.get_document("secret", ["team"], consistent_with=report.commit_token) is None
+    exp = split.explain(
+        "runbook",
+        SearchQuery(query="aurora", allowed_scopes=["team"]),
+        consistent_with=report.commit_token,
+    )
+    assert exp.final_rank == 1
+
+
+def test_a_token_not_replayed_is_waited_for_then_primary_or_index_stale(
+    split: PostgresSearchConnector, context_search_replica_dsn: str
+) -> None:
+    first = split.upsert([_doc("old")]).commit_token
+    split.search(SearchQuery(query="aurora", allowed_scopes=["team"]), consistent_with=first)
+    with paused(context_search_replica_dsn):
+        token = split.upsert(
+            [_doc("new", body="The aurora service now restarts weekly.")]
+        ).commit_token
+        query = SearchQuery(query="aurora", allowed_scopes=["team"])
+        # Without a token the replica answers from where it stopped: eventual consistency.
+        stale = split.search(query)
+        assert stale.evidence.served_by is not None
+        assert stale.evidence.served_by.role == "replica"
+        assert {h.doc_id for h in stale.hits} == {"old"}
+        with pytest.raises(IndexStaleError) as caught:
+            split.search(query, consistent_with=token, on_stale="raise")
+        assert caught.value.details["reason"] == "replica_behind"
+        assert caught.value.details["waited_seconds"] >= 0.4
+        fresh = split.search(query, consistent_with=token)
+        assert fresh.evidence.served_by is not None and fresh.evidence.served_by.role == "primary"
+        assert {h.doc_id for h in fresh.hits} == {"old", "new"}
+    caught_up = split.search(query, consistent_with=token)
+    assert caught_up.evidence.served_by is not None
+    assert caught_up.evidence.served_by.role == "replica"
+    assert {h.doc_id for h in caught_up.hits} == {"old", "new"}
+
+
+def test_permission_changes_are_never_served_stale_past_their_token(
+    split: PostgresSearchConnector, context_search_replica_dsn: str
+) -> None:
+    token = split.upsert([_doc("moved"), _doc("gone"), _doc("kept")]).commit_token
+    team = SearchQuery(query="aurora", allowed_scopes=["team"], top_k=10)
+    assert {h.doc_id for h in split.search(team, consistent_with=token).hits} == {
+        "moved",
+        "gone",
+        "kept",
+    }
+    with paused(context_search_replica_dsn):
+        assert split.rescope("moved", "restricted")
+        assert split.delete_or_supersede("gone")
+        token = split.last_commit_token
+        assert token is not None
+        for on_stale in ("primary", "raise"):
+            try:
+                resp = split.search(team, consistent_with=token, on_stale=on_stale)  # type: ignore[arg-type]
+            except IndexStaleError:
+                assert on_stale == "raise"
+                continue
+            assert {h.doc_id for h in resp.hits} == {"kept"}
+        assert split.get_document("moved", ["team"], consistent_with=token) is None
+        assert split.get_document("gone", ["team"], consistent_with=token) is None
+
+
+def test_read_your_writes_applies_the_connectors_own_tokens(
+    context_search_dsn: str, context_search_replica_dsn: str, context_search_schema: str
+) -> None:
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=context_search_schema,
+        embedder=HashingEmbedder(),
+        read_dsns=[context_search_replica_dsn],
+        read_your_writes=True,
+    ) as store:
+        for i in range(20):
+            store.upsert([_doc(f"d{i}")])
+            hits = store.search(SearchQuery(query="aurora", allowed_scopes=["team"], top_k=50)).hits
+            assert len(hits) == i + 1
+        assert store.rescope("d0", "restricted")
+        assert store.get_document("d0", ["team"]) is None
+
+
+def test_malformed_tokens_are_refused(split: PostgresSearchConnector) -> None:
+    query = SearchQuery(query="aurora", allowed_scopes=["team"])
+    for bad in ("", "latest", "1/2/3", "G/0", 42):
+        with pytest.raises(InvalidQueryError):
+            split.search(query, consistent_with=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidQueryError):
+        split.search(query, on_stale="wait")  # type: ignore[arg-type]
+
+
+def test_replica_stopped_mid_load_fails_over_never_empty(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    """Searchers keep going while the replica is shut down and started again: every search
+    answers the full, correct hit list (from the primary while the replica is gone) or
+    raises a typed error; none returns an empty success."""
+    with (
+        temporary_replica(context_search_dsn, port=5434) as replica,
+        PostgresSearchConnector.open(
+            context_search_dsn,
+            schema=context_search_schema,
+            embedder=HashingEmbedder(),
+            read_dsns=[replica.dsn],
+            read_your_writes=True,
+            replicas=ReplicaSettings(retry_after_s=0.2),
+        ) as store,
+    ):
+        store.upsert([_doc(f"d{i}") for i in range(30)])
+        query = SearchQuery(query="aurora", allowed_scopes=["team"], top_k=50)
+        assert store.search(query).evidence.served_by.role == "replica"  # type: ignore[union-attr]
+        served: list[str] = []
+        wrong: list[object] = []
+        stop = threading.Event()
+
+        def searcher() -> None:
+            while not stop.is_set():
+                try:
+                    resp = store.search(query)
+                except BackendUnavailableError:
+                    served.append("error")
+                    continue
+                if len(resp.hits) != 30:
+                    wrong.append(resp)
+                assert resp.evidence.served_by is not None
+                served.append(resp.evidence.served_by.role)
+
+        threads = [threading.Thread(target=searcher) for _ in range(3)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.3)
+            assert replica.stop()
+            time.sleep(0.5)
+            during = len(served)
+            replica.start()
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert not wrong, "a search returned a partial or empty success"
+        assert "primary" in served[:during] and "replica" in served[during:]
+        assert served.count("error") == 0  # the primary took over every failed read
+
+
+def test_without_fallback_a_dead_replica_is_a_typed_error(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    with temporary_replica(context_search_dsn, port=5435) as replica:
+        with PostgresSearchConnector.open(
+            context_search_dsn,
+            schema=context_search_schema,
+            embedder=HashingEmbedder(),
+            read_dsns=[replica.dsn],
+            replicas=ReplicaSettings(fallback_to_primary=False, pool_timeout_s=0.5),
+        ) as store:
+            token = store.upsert([_doc("a")]).commit_token
+            query = SearchQuery(query="aurora", allowed_scopes=["team"])
+            assert [h.doc_id for h in store.search(query, consistent_with=token).hits] == ["a"]
+            replica.stop()
+            with pytest.raises(BackendUnavailableError):
+                store.search(query)
+            # With a token, falling back to the primary is the caller's explicit choice.
+            resp = store.search(query, consistent_with=token, on_stale="primary")
+            assert resp.evidence.served_by is not None
+            assert resp.evidence.served_by.role == "primary"
+
+
+def test_a_primary_only_connector_names_the_primary(
+    context_search_connector: PostgresSearchConnector,
+) -> None:
+    token = context_search_connector.upsert([_doc("a")]).commit_token
+    resp = context_search_connector.search(
+        SearchQuery(query="aurora", allowed_scopes=["team"]), consistent_with=token
+    )
+    assert resp.evidence.served_by is not None and resp.evidence.served_by.role == "primary"
+    assert resp.evidence.served_by.replay_lag_seconds == 0.0
+
+
+class TestConformanceOnReplica(ConformanceSuite):
+    """Every conformance case with reads served by the replica (read_your_writes)."""
+
+    @pytest.fixture
+    def connector_factory(
+        self,
+        context_search_dsn: str,
+        context_search_replica_dsn: str,
+        context_search_embedder: Embedder,
+    ) -> ConnectorFactory:
+        @contextmanager
+        def make() -> Iterator[SearchConnector]:
+            with (
+                temporary_schema(context_search_dsn, prefix="cs_conf_") as schema,
+                PostgresSearchConnector.open(
+                    context_search_dsn,
+                    embedder=context_search_embedder,
+                    schema=schema,
+                    read_dsns=[context_search_replica_dsn],
+                    read_your_writes=True,
+                ) as connector,
+            ):
+                yield connector
+
+        return make
