@@ -220,7 +220,7 @@ def _fill(connector: Any, *, secret: bool) -> None:
         )
 
 
-@pytest.fixture(scope="module", params=["memory", "postgres", "sqlite"])
+@pytest.fixture(scope="module", params=["memory", "postgres", "sqlite", "replica"])
 def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
     if request.param in ("memory", "sqlite"):
         with_secret, without = (
@@ -236,11 +236,19 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
     dsn: str = request.getfixturevalue("context_search_dsn")
     make: Callable[[], str] = request.getfixturevalue("schema_factory")
     schema_with, schema_without = make(), make()
+    # "replica": written on the primary, every read served by a streaming replica (after
+    # replaying the connector's own writes); raw SQL probes go to the replica too.
+    routed: dict[str, Any] = {}
+    if request.param == "replica":
+        replica: str = request.getfixturevalue("context_search_replica_dsn")
+        routed = {"read_dsns": [replica], "read_your_writes": True}
     with ExitStack() as stack:
 
         def open_(schema: str, **kw: Any) -> PostgresSearchConnector:
             return stack.enter_context(
-                PostgresSearchConnector.open(dsn, embedder=HashingEmbedder(), schema=schema, **kw)
+                PostgresSearchConnector.open(
+                    dsn, embedder=HashingEmbedder(), schema=schema, **routed, **kw
+                )
             )
 
         with_secret, without = open_(schema_with), open_(schema_without)
@@ -249,16 +257,31 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
         off = {"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_sort": "off"}
         force_hnsw = {"exact_threshold": 0, "planner_settings": off}
         hnsw = (open_(schema_with, **force_hnsw), open_(schema_without, **force_hnsw))
-        yield Pair("postgres", with_secret, without, dsn, schema_with, schema_without, hnsw)
+        if request.param == "replica":
+            probe = with_secret.search(SearchQuery(query="aurora", allowed_scopes=[PUBLIC]))
+            assert probe.evidence.served_by.role == "replica"
+            dsn = replica
+            for connector in hnsw:  # they wrote nothing: wait for the fill's writes
+                connector.search(
+                    SearchQuery(query="aurora", allowed_scopes=[PUBLIC]),
+                    consistent_with=with_secret.last_commit_token,
+                )
+        kind = request.param
+        yield Pair(kind, with_secret, without, dsn, schema_with, schema_without, hnsw)
 
 
 #: Raw SQL and the HNSW path exist only on PostgreSQL: those tests take only that pair.
 pg_only = pytest.mark.parametrize("pair", ["postgres"], indirect=True)
+#: Raw reads (no writes, no ANALYZE) also run against the streaming replica.
+pg_reads = pytest.mark.parametrize("pair", ["postgres", "replica"], indirect=True)
 
 
 # -- comparing answers ------------------------------------------------------------------
 
-_TIMESTAMPS = frozenset({"observed_at", "received_at"})
+#: Clock and WAL readings: the replica's lag, wait and replayed position differ per call.
+_TIMESTAMPS = frozenset(
+    {"observed_at", "received_at", "replay_lag_seconds", "waited_seconds", "replayed_position"}
+)
 
 
 def plain(value: Any) -> Any:
@@ -369,7 +392,7 @@ def test_search_answers_identical_with_and_without_secret(pair: Pair) -> None:
     assert with_vault["pub-aurora"].lexical_score != without_vault["pub-aurora"].lexical_score
 
 
-@pg_only
+@pg_reads
 def test_hnsw_path_identical_with_and_without_secret(pair: Pair) -> None:
     """The approximate index walks a graph that includes invisible rows: results must not
     depend on them (PostgreSQL only; the reference connector has no index)."""
@@ -853,7 +876,7 @@ def _owner_counts(pair: Pair) -> dict[str, int]:
     "setting",
     [None, "", "{}", "{NULL}", '{""}', "{%}", "{*}", "{_ublic}", '{"public vault"}', "{PUBLIC}"],
 )
-@pg_only
+@pg_reads
 def test_reader_without_a_matching_setting_sees_nothing(pair: Pair, setting: str | None) -> None:
     with as_reader(pair, setting) as conn:
         for table in (*SCOPED_TABLES, "index_jobs"):
@@ -865,7 +888,7 @@ def test_reader_without_a_matching_setting_sees_nothing(pair: Pair, setting: str
     "setting",
     ["public", "{public", "public}' OR '1'='1", "{public}} OR true", "public,vault"],
 )
-@pg_only
+@pg_reads
 def test_reader_with_a_malformed_setting_fails_closed(pair: Pair, setting: str) -> None:
     with as_reader(pair, setting) as conn:
         for table in (*SCOPED_TABLES, "index_jobs"):
@@ -873,7 +896,7 @@ def test_reader_with_a_malformed_setting_fails_closed(pair: Pair, setting: str) 
             assert isinstance(rows, psycopg.Error), (setting, table, rows)
 
 
-@pg_only
+@pg_reads
 def test_transaction_local_setting_does_not_outlive_its_transaction(pair: Pair) -> None:
     """The connector sets scopes with ``set_config(..., true)``: they die with the
     transaction, so a pooled connection never carries one caller's scopes to the next."""
