@@ -34,19 +34,19 @@ _ADMITTED = "WHERE o.chunk_id IN (SELECT rowid FROM chunk_fts WHERE chunk_fts MA
 _TEMPLATE = """
 WITH
 qterms(term) AS (SELECT DISTINCT value FROM json_each(:terms)),
-vis AS (SELECT chunk_id, doc_id, ordinal, length FROM visible_chunks),
+vis AS MATERIALIZED (SELECT chunk_id, doc_id, ordinal, length FROM visible_chunks),
 corpus AS (
   SELECT count(*) AS n,
          CASE WHEN sum(length) > 0 THEN sum(length) * 1.0 / count(*) ELSE 1.0 END AS avglen
   FROM vis),
-occ AS (
+occ AS MATERIALIZED (
   SELECT v.term AS term, v.doc AS chunk_id, count(*) AS tf
   FROM qterms q JOIN chunk_vocab v ON v.term = q.term JOIN vis ON vis.chunk_id = v.doc
   GROUP BY v.term, v.doc),
 idf AS (
   SELECT term, ln(1.0 + ((SELECT n FROM corpus) - count(*) + 0.5) / (count(*) + 0.5)) AS idf
   FROM occ GROUP BY term),
-chunk_scores AS (
+chunk_scores AS MATERIALIZED (
   SELECT vis.doc_id, vis.ordinal,
          sum(idf.idf * o.tf * 2.2
              / (o.tf + 1.2 * (0.25 + 0.75 * vis.length / corpus.avglen))) AS score,
@@ -55,18 +55,18 @@ chunk_scores AS (
        CROSS JOIN corpus
   {admitted}
   GROUP BY o.chunk_id),
-best_lex AS (
+best_lex AS MATERIALIZED (
   SELECT doc_id, score, ordinal, terms FROM (
     SELECT *, row_number() OVER (PARTITION BY doc_id ORDER BY score DESC, ordinal) AS rn
     FROM chunk_scores)
   WHERE rn = 1),
-docs AS (
+docs AS MATERIALIZED (
   SELECT doc_id,
          (:include_superseded OR lifecycle = 'active') AS live_ok,
          ((:targets IS NULL OR doc_id IN (SELECT value FROM json_each(:targets)))
           AND (:filter IS NULL OR cs_filter(record, :filter))) AS filter_ok
   FROM visible_documents),
-lex AS (
+lex AS MATERIALIZED (
   SELECT b.doc_id, b.score, b.ordinal, b.terms,
          row_number() OVER (ORDER BY b.score DESC, b.doc_id) AS lexical_rank
   FROM best_lex b JOIN docs d ON d.doc_id = b.doc_id
@@ -82,7 +82,7 @@ vbest AS (
     SELECT *, row_number() OVER (PARTITION BY doc_id ORDER BY sim DESC, ordinal) AS rn
     FROM vchunks)
   WHERE rn = 1 AND (:min_sim IS NULL OR sim >= :min_sim)),
-vec AS (
+vec AS MATERIALIZED (
   SELECT doc_id, sim, ordinal, row_number() OVER (ORDER BY sim DESC, doc_id) AS vector_rank
   FROM vbest ORDER BY sim DESC, doc_id LIMIT :pool),
 ids AS (SELECT doc_id FROM lex UNION SELECT doc_id FROM vec),
