@@ -1,7 +1,7 @@
 """``python -m benchmarks <suite>``: run a suite, write ``benchmarks/results/<suite>.json``
 and its section of BENCHMARKS.md.
 
-Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, plots, all;
+Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, replica, plots, all;
 ``reliability`` (load + injected faults on its own restartable server; not part of ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
@@ -18,7 +18,7 @@ from typing import Any
 
 from benchmarks import common
 
-SUITES = ("quality", "latency", "filtered", "ingest", "propagation", "leakage", "tokens")
+SUITES = ("quality", "latency", "filtered", "ingest", "propagation", "leakage", "tokens", "replica")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 kwargs["chunks"] = 300 if args.tiny else args.filtered_chunks
             if suite == "ingest" and args.tiny:
                 kwargs["sample"] = 20
-            if suite == "propagation" and args.tiny:
+            if suite in ("propagation", "replica") and args.tiny:
                 kwargs["changes"] = 15
             if suite == "leakage" and args.tiny:
                 kwargs["rounds"] = 1

@@ -8,16 +8,20 @@ each replica before using it, and runs the call's reads again on the next server
 replica fails under it. A read is never answered empty because a replica broke: it is
 answered by another server or raises.
 
-Read-your-writes. A commit token is the primary's WAL insert position read after the
-write committed (:func:`current_position`): every WAL record of the commit lies before it,
-so a replica whose *replayed* position (``pg_last_wal_replay_lsn()``) reaches the token
-has applied the commit. The position is checked in a statement of its own *before* the
-read transaction takes its snapshot — a snapshot taken later on the same server contains
-every transaction replayed by then, whereas a check inside the transaction could see a
-position reached after its snapshot. The insert position rather than the flush position:
-with ``synchronous_commit = off`` a commit returns before its record is flushed, and the
-flush position could then lie before it; the insert position may run slightly ahead (other
-sessions' records), which only costs a little waiting.
+Read-your-writes. A commit token is a WAL position of the primary, read after the write
+committed (:func:`current_position`), that every WAL record of the commit lies before; a
+replica whose *replayed* position (``pg_last_wal_replay_lsn()``) reaches the token has
+applied the commit. With ``synchronous_commit`` on (or ``local``, ``remote_write``,
+``remote_apply``) a commit returns only after its record was flushed, so the *flush*
+position qualifies; with ``synchronous_commit = off`` it returns before that, so the
+*insert* position is taken instead. (The insert position is correct in both cases but
+runs ahead of what was flushed, and a walsender only ships flushed WAL, so a token past the
+flush position can wait for the WAL writer.)
+
+The position is checked in a statement of its own *before* the read transaction takes its
+snapshot: a snapshot taken later on the same server contains every transaction replayed by
+then, whereas a check inside the transaction could see a position reached after its
+snapshot.
 """
 
 from __future__ import annotations
@@ -57,7 +61,11 @@ _PROBE = text(
     "COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0) "
     "END AS lag"
 )
-_POSITION = text("SELECT CAST(pg_current_wal_insert_lsn() - CAST('0/0' AS pg_lsn) AS bigint)")
+_POSITION = text(
+    "SELECT CAST(CASE WHEN current_setting('synchronous_commit') = 'off' "
+    "THEN pg_current_wal_insert_lsn() ELSE pg_current_wal_flush_lsn() END "
+    "- CAST('0/0' AS pg_lsn) AS bigint)"
+)
 
 
 def current_position(engine: Engine) -> str:
