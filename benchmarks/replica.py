@@ -77,10 +77,12 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, changes: int = 300
                         continue
                     doc, token = change
                     query = SearchQuery(query=query_of[doc], allowed_scopes=["old"], top_k=20)
+                    # Without the token first: after the tokened read the replica has
+                    # replayed the change, so the plain read could no longer be stale.
+                    plain = store.search(query)
                     resp = store.search(query, consistent_with=token)
                     served = resp.evidence.served_by
                     assert served is not None
-                    plain = store.search(query)
                     plain_served = plain.evidence.served_by
                     assert plain_served is not None
                     with lock:

@@ -97,15 +97,7 @@ def activate_config(
     # A process killed during a large load (between dropping the search indexes and building
     # them again) leaves them missing; the next process to open the index builds them.
     ensure_indexes(engine, embedder.dimension)
-    return IndexSettings(
-        revision=revision,
-        config_id=config_id,
-        embedding_model=embedder.model_id,
-        dimension=embedder.dimension,
-        chunk_bytes=chunk_bytes,
-        chunk_overlap=chunk_overlap,
-        text_search_config=ts_config,
-    )
+    return _index_settings(revision, config_id, embedder, chunk_bytes, chunk_overlap, ts_config)
 
 
 def read_active_config(
@@ -132,8 +124,21 @@ def read_active_config(
         )
     if active.config_id != config_id:
         raise _other_config(active.embedding_model, active.config_id, config_id)
+    return _index_settings(
+        int(active.revision), config_id, embedder, chunk_bytes, chunk_overlap, ts_config
+    )
+
+
+def _index_settings(
+    revision: int,
+    config_id: str,
+    embedder: Embedder,
+    chunk_bytes: int,
+    chunk_overlap: int,
+    ts_config: str,
+) -> IndexSettings:
     return IndexSettings(
-        revision=int(active.revision),
+        revision=revision,
         config_id=config_id,
         embedding_model=embedder.model_id,
         dimension=embedder.dimension,

@@ -44,7 +44,12 @@ from context_search.errors import (
     SchemaNotReadyError,
 )
 from context_search.postgres.server import redact, sqlalchemy_url
-from context_search.postgres.settings import DEFAULT_SCHEMA, quote_schema, validate_schema
+from context_search.postgres.settings import (
+    DEFAULT_SCHEMA,
+    check_seconds,
+    quote_schema,
+    validate_schema,
+)
 from context_search.validation import MAX_SAFE_INT
 
 __all__ = [
@@ -101,20 +106,18 @@ class ConnectionSettings:
                 "pool sizes need 0 <= min_size <= max_size and max_size >= 1",
                 details={"field": "connection"},
             )
-        for name in (
-            "pool_timeout_s",
-            "statement_timeout_s",
-            "search_timeout_s",
-            "idle_in_transaction_timeout_s",
-            "max_idle_s",
-            "max_lifetime_s",
-            "reconnect_timeout_s",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not 0 <= value <= 86_400:
-                raise InvalidConfigError(
-                    f"{name} must be between 0 and 86400 seconds", details={"field": name}
-                )
+        check_seconds(
+            self,
+            (
+                "pool_timeout_s",
+                "statement_timeout_s",
+                "search_timeout_s",
+                "idle_in_transaction_timeout_s",
+                "max_idle_s",
+                "max_lifetime_s",
+                "reconnect_timeout_s",
+            ),
+        )
 
 
 def ms(seconds: float) -> int:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from context_search.errors import InvalidConfigError
+from context_search.postgres.settings import check_seconds
 
 __all__ = [
     "PRIMARY",
@@ -64,20 +65,18 @@ class ReplicaSettings:
     connect_timeout_s: int = 2
 
     def __post_init__(self) -> None:
-        for name in (
-            "max_lag_s",
-            "lag_step_s",
-            "consistency_wait_s",
-            "poll_interval_s",
-            "retry_after_s",
-            "max_retry_after_s",
-            "pool_timeout_s",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not 0 <= value <= 86_400:
-                raise InvalidConfigError(
-                    f"{name} must be between 0 and 86400 seconds", details={"field": name}
-                )
+        check_seconds(
+            self,
+            (
+                "max_lag_s",
+                "lag_step_s",
+                "consistency_wait_s",
+                "poll_interval_s",
+                "retry_after_s",
+                "max_retry_after_s",
+                "pool_timeout_s",
+            ),
+        )
         if self.lag_step_s <= 0 or self.poll_interval_s <= 0:
             raise InvalidConfigError(
                 "lag_step_s and poll_interval_s must be positive", details={"field": "replicas"}

@@ -1,12 +1,12 @@
-"""Names shared by the engine, the migrations and the CLI."""
+"""Names and setting checks shared by the engine, the migrations, routing and the CLI."""
 
 from __future__ import annotations
 
 import re
 
-from context_search.errors import InvalidQueryError
+from context_search.errors import InvalidConfigError, InvalidQueryError
 
-__all__ = ["DEFAULT_SCHEMA", "quote_schema", "validate_schema"]
+__all__ = ["DEFAULT_SCHEMA", "check_seconds", "quote_schema", "validate_schema"]
 
 DEFAULT_SCHEMA = "context_search"
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -25,3 +25,14 @@ def validate_schema(schema: str) -> str:
 def quote_schema(schema: str) -> str:
     """Validated names need no escaping; quoting keeps reserved words usable."""
     return '"' + validate_schema(schema) + '"'
+
+
+def check_seconds(settings: object, names: tuple[str, ...]) -> None:
+    """``INVALID_CONFIG`` naming the first of ``names`` on ``settings`` that is not a number
+    of seconds between 0 and a day (a settings dataclass's ``__post_init__`` check)."""
+    for name in names:
+        value = getattr(settings, name)
+        if not isinstance(value, int | float) or not 0 <= value <= 86_400:
+            raise InvalidConfigError(
+                f"{name} must be between 0 and 86400 seconds", details={"field": name}
+            )

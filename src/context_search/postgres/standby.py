@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -172,7 +173,10 @@ class StreamingReplica:
 def temporary_replica(primary_dsn: str, *, port: int = 5433) -> Iterator[StreamingReplica]:
     """A running streaming replica of ``primary_dsn`` in a temp dir; stopped and deleted on
     exit."""
-    root = Path(tempfile.mkdtemp(prefix="context-search-replica-")).resolve()
+    # Not tempfile.mkdtemp: a caller that patched it (a test isolating its own output) must
+    # not get its directory chowned to the server's user and deleted with the replica.
+    root = Path(tempfile.gettempdir()).resolve() / f"context-search-replica-{uuid.uuid4().hex[:10]}"
+    root.mkdir(mode=0o700)
     replica: StreamingReplica | None = None
     try:
         replica = StreamingReplica.create(primary_dsn, root / "pgdata", port=port)
