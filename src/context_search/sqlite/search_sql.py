@@ -39,20 +39,22 @@ corpus AS (
   SELECT count(*) AS n,
          CASE WHEN sum(length) > 0 THEN sum(length) * 1.0 / count(*) ELSE 1.0 END AS avglen
   FROM vis),
-occ AS MATERIALIZED (
+postings AS MATERIALIZED (
   SELECT v.term AS term, v.doc AS chunk_id, count(*) AS tf
-  FROM qterms q JOIN chunk_vocab v ON v.term = q.term JOIN vis ON vis.chunk_id = v.doc
+  FROM qterms q JOIN chunk_vocab v ON v.term = q.term
   GROUP BY v.term, v.doc),
+occ AS MATERIALIZED (
+  SELECT p.term, p.chunk_id, p.tf, vis.doc_id, vis.ordinal, vis.length
+  FROM postings p JOIN vis ON vis.chunk_id = p.chunk_id),
 idf AS (
   SELECT term, ln(1.0 + ((SELECT n FROM corpus) - count(*) + 0.5) / (count(*) + 0.5)) AS idf
   FROM occ GROUP BY term),
 chunk_scores AS MATERIALIZED (
-  SELECT vis.doc_id, vis.ordinal,
+  SELECT o.doc_id, o.ordinal,
          sum(idf.idf * o.tf * 2.2
-             / (o.tf + 1.2 * (0.25 + 0.75 * vis.length / corpus.avglen))) AS score,
+             / (o.tf + 1.2 * (0.25 + 0.75 * o.length / corpus.avglen))) AS score,
          json_group_array(o.term) AS terms
-  FROM occ o JOIN idf ON idf.term = o.term JOIN vis ON vis.chunk_id = o.chunk_id
-       CROSS JOIN corpus
+  FROM occ o JOIN idf ON idf.term = o.term CROSS JOIN corpus
   {admitted}
   GROUP BY o.chunk_id),
 best_lex AS MATERIALIZED (
