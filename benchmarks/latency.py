@@ -323,5 +323,6 @@ def markdown(result: dict[str, Any]) -> str:
         "the first 50 searches once `upsert` returned, before any VACUUM or ANALYZE of the "
         "suite's own (a large upsert analyzes what it wrote). Bare HNSW: "
         "`ORDER BY embedding <=> q LIMIT 10` on the same chunks, pgvector defaults."
+        "\n\n![latency vs index size](benchmarks/results/latency_scale.png)"
         "\n\n![latency](benchmarks/results/latency_cdf.png)"
     )

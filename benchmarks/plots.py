@@ -1,4 +1,5 @@
-"""PNG plots from the result files: quality bars, latency CDF ours vs peer, filtered recall."""
+"""PNG plots from the result files: quality bars, latency CDF and latency vs index size ours vs
+peer, filtered recall."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def run(out_dir: Path = RESULTS) -> list[Path]:
         written.append(out_dir / "latency_cdf.png")
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
+    if lat and len(lat["levels"]) > 1:
+        written.append(_scale_curve(lat, out_dir / "latency_scale.png", plt))
     flt = _load("filtered", out_dir)
     if flt:
         names = list(flt["levels"])
@@ -84,3 +87,39 @@ def run(out_dir: Path = RESULTS) -> list[Path]:
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
     return written
+
+
+def _scale_curve(lat: dict[str, Any], path: Path, plt: Any) -> Path:
+    """Latency against index size (log-log): ours, the peer and a bare HNSW top-10 at one
+    client, p50 solid and p95 dashed, so growth with size reads as a slope."""
+    levels = sorted(lat["levels"], key=lambda lv: lv["chunks"])
+    sizes = [lv["chunks"] for lv in levels]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series = (
+        ("context-search", lambda lv: lv["ours"].get("1", {})),
+        ("langchain-postgres", lambda lv: lv["peer"].get("1", {})),
+        ("bare HNSW top-10", lambda lv: lv.get("bare_hnsw", {})),
+        ("context-search right after ingest", lambda lv: lv.get("ours_after_ingest", {})),
+    )
+    for i, (label, pick) in enumerate(series):
+        color = f"C{i}"
+        for pct, style in (("p50_ms", "-"), ("p95_ms", "--")):
+            ys = [pick(lv).get(pct) for lv in levels]
+            if all(y is not None for y in ys):
+                ax.plot(
+                    sizes,
+                    ys,
+                    style,
+                    marker="o",
+                    color=color,
+                    label=f"{label} {pct.removesuffix('_ms')}",
+                )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("index size, chunks")
+    ax.set_ylabel("search latency, ms (1 client, query embedding excluded)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
