@@ -62,7 +62,7 @@ from context_search.sqlite.codec import (
 )
 from context_search.sqlite.driver import Driver, load_driver, translate_errors
 from context_search.sqlite.jobs import Worker, queue_all
-from context_search.sqlite.reads import VIEWS, Reader, scoped
+from context_search.sqlite.reads import VIEWS, Reader, StoredHit, scoped
 from context_search.sqlite.schema import migrate
 from context_search.sqlite.search_sql import run_search
 from context_search.text.indexing import searchable_chunks
@@ -371,7 +371,9 @@ class SQLiteSearchConnector:
         plan = self._plan(vq)
         with self._session() as conn, scoped(conn, vq.scopes) as reader:
             ranking = self._rank(reader, vq, plan)
-            wanted = [c.doc_id for c in ranking.candidates[: vq.top_k]]
+            first = ranking.candidates[: vq.top_k]  # the hits are among these (fused order)
+            stored = reader.hits((c.doc_id, c.chunk_ordinal or 0) for c in first)
+            wanted = [c.doc_id for c in first]
             wanted += [*(vq.targets or ()), *(d for d, _ in vq.pinned)]
             states = reader.states(wanted)
             now = self._clock()
@@ -381,7 +383,7 @@ class SQLiteSearchConnector:
                 method=self._fusion.method,
                 params=self._fusion.params(plan.vector_weight),
                 notes=plan.notes,
-                hit_for=lambda c: self._hit(reader, c),
+                hit_for=lambda c: _hit(c, stored[(c.doc_id, c.chunk_ordinal or 0)]),
                 readable=states,
                 active_config=self._config,
                 observed_at=now,
@@ -409,27 +411,27 @@ class SQLiteSearchConnector:
             notes=plan.notes,
         )
 
-    def _hit(self, reader: Reader, c: Candidate) -> EvidenceHit:
-        stored = reader.hit(c.doc_id, c.chunk_ordinal or 0)
-        doc = ContextDocument.project_record(
-            record_from_json(stored.record_json), lifecycle=stored.lifecycle
-        )
-        return make_hit(
-            c,
-            source_system=doc.source_system,
-            source_uri=doc.source_uri,
-            object_type=doc.object_type,
-            title=doc.title,
-            snippet=stored.snippet,
-            permission_scope=doc.permission_scope,
-            lifecycle=doc.lifecycle,
-            updated_at=doc.updated_at,
-            metadata=doc.metadata,
-            chunk_ordinal=stored.ordinal,
-            start_byte=stored.start_byte,
-            end_byte=stored.end_byte,
-            content_id=stored.indexed_content_id or doc.content_id,
-        )
+
+def _hit(c: Candidate, stored: StoredHit) -> EvidenceHit:
+    doc = ContextDocument.project_record(
+        record_from_json(stored.record_json), lifecycle=stored.lifecycle
+    )
+    return make_hit(
+        c,
+        source_system=doc.source_system,
+        source_uri=doc.source_uri,
+        object_type=doc.object_type,
+        title=doc.title,
+        snippet=stored.snippet,
+        permission_scope=doc.permission_scope,
+        lifecycle=doc.lifecycle,
+        updated_at=doc.updated_at,
+        metadata=doc.metadata,
+        chunk_ordinal=stored.ordinal,
+        start_byte=stored.start_byte,
+        end_byte=stored.end_byte,
+        content_id=stored.indexed_content_id or doc.content_id,
+    )
 
 
 class _NoLock:

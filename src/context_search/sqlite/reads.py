@@ -57,11 +57,12 @@ _STATES = """
     FROM visible_documents d LEFT JOIN visible_jobs j ON j.doc_id = d.doc_id
     WHERE d.doc_id IN (SELECT value FROM json_each(:ids))
 """
-_HIT = """
-    SELECT d.record, d.lifecycle, d.indexed_content_id, c.ordinal, c.start_byte, c.end_byte,
-           c.snippet
-    FROM visible_documents d JOIN visible_chunks c ON c.doc_id = d.doc_id
-    WHERE d.doc_id = :doc_id AND c.ordinal = :ordinal
+_HITS = """
+    SELECT d.doc_id, d.record, d.lifecycle, d.indexed_content_id, c.ordinal, c.start_byte,
+           c.end_byte, c.snippet
+    FROM json_each(:wanted) w
+    JOIN visible_documents d ON d.doc_id = json_extract(w.value, '$[0]')
+    JOIN visible_chunks c ON c.doc_id = d.doc_id AND c.ordinal = json_extract(w.value, '$[1]')
 """
 _PROPAGATION = """
     SELECT coalesce(sum(status = 'pending'), 0), coalesce(sum(status = 'running'), 0),
@@ -71,7 +72,7 @@ _PROPAGATION = """
 """
 
 #: Every read statement but the search's (``search_sql.py``), for the structural test.
-READ_STATEMENTS = (_DOCUMENT, _STATES, _HIT, _PROPAGATION)
+READ_STATEMENTS = (_DOCUMENT, _STATES, _HITS, _PROPAGATION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +118,13 @@ class Reader:
             for r in rows
         }
 
-    def hit(self, doc_id: str, ordinal: int) -> StoredHit:
-        row = self._conn.execute(_HIT, {"doc_id": doc_id, "ordinal": ordinal}).fetchone()
-        return StoredHit(row[0], Lifecycle(row[1]), row[2], row[3], row[4], row[5], row[6])
+    def hits(self, wanted: Iterable[tuple[str, int]]) -> dict[tuple[str, int], StoredHit]:
+        """The stored fields of the cited chunks, in one statement."""
+        rows = self._conn.execute(_HITS, {"wanted": json.dumps(list(wanted))}).fetchall()
+        return {
+            (r[0], r[4]): StoredHit(r[1], Lifecycle(r[2]), r[3], r[4], r[5], r[6], r[7])
+            for r in rows
+        }
 
     def propagation(self, now_seconds: float) -> Propagation:
         from datetime import datetime
