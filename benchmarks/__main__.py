@@ -45,9 +45,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--duration", type=float, default=600.0, help="Reliability load, s.")
     parser.add_argument("--rounds", type=int, default=100, help="Reliability rounds per fault.")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="Write results and a BENCHMARKS.md here instead of the committed ones.",
+    )
     args = parser.parse_args(argv)
-    out_dir = Path(tempfile.mkdtemp(prefix="cs-bench-")) if args.tiny else common.RESULTS
-    md = out_dir / "BENCHMARKS.md" if args.tiny else common.ROOT / "BENCHMARKS.md"
+    scratch = args.tiny or args.out is not None
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        out_dir = args.out
+    else:
+        out_dir = Path(tempfile.mkdtemp(prefix="cs-bench-")) if args.tiny else common.RESULTS
+    md = out_dir / "BENCHMARKS.md" if scratch else common.ROOT / "BENCHMARKS.md"
     if args.suite == "reliability":
         return _reliability(args, argv, out_dir, md)
     if args.suite == "plots":

@@ -13,11 +13,9 @@ from benchmarks.__main__ import SUITES, main
 pytestmark = pytest.mark.integration
 
 
-def test_every_suite_runs_on_a_tiny_dataset(
-    context_search_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("tempfile.mkdtemp", lambda prefix="": str(tmp_path))
-    assert main(["all", "--tiny", "--no-peer", "--dsn", context_search_dsn]) == 0
+def test_every_suite_runs_on_a_tiny_dataset(context_search_dsn: str, tmp_path: Path) -> None:
+    argv = ["all", "--tiny", "--no-peer", "--dsn", context_search_dsn, "--out", str(tmp_path)]
+    assert main(argv) == 0
     for suite in SUITES:
         name = "quality-tiny" if suite == "quality" else suite
         result = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
