@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -12,6 +13,7 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from context_search.cli import app
+from context_search.postgres import PostgresSearchConnector, bulk
 
 pytestmark = pytest.mark.integration
 
@@ -182,6 +184,56 @@ def test_ingest_bad_lines_abort_or_skip(
     skipped = runner.invoke(app, ["ingest", str(path), *opts, "--on-error", "skip"])
     assert skipped.exit_code == 1
     assert "line 2" in skipped.output and "2 new" in skipped.output
+
+
+def test_ingest_streams_in_windows_as_one_load(
+    context_search_dsn: str,
+    context_search_schema: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opts = ["--dsn", context_search_dsn, "--schema", context_search_schema, "--embedder", "hashing"]
+    rows = [
+        json.dumps(
+            {"document_id": f"s{i:04d}", "body": f"stream item {i}", "permission_scope": "t"}
+        )
+        for i in range(150)
+    ]
+    path = tmp_path / "stream.jsonl"
+    # The only bad line is the last one: abort must still write nothing (a first pass
+    # validates the whole input before the second one writes).
+    path.write_text("\n".join([*rows, "{broken"]) + "\n", encoding="utf-8")
+    aborted = runner.invoke(app, ["ingest", str(path), *opts, "--batch-size", "4", "--json"])
+    assert aborted.exit_code == 1 and json.loads(aborted.output)["new"] == 0
+    st = _json(["status", "--dsn", context_search_dsn, "--schema", context_search_schema])
+    assert isinstance(st, dict) and st["documents"] == []
+    calls: list[int] = []
+    loads: list[bool] = []
+    real_upsert = PostgresSearchConnector.upsert
+    real_defer = bulk.defer_index_builds
+
+    def upsert(self: PostgresSearchConnector, records: Any, **kw: Any) -> Any:
+        calls.append(len(records))
+        return real_upsert(self, records, **kw)
+
+    def defer(engine: Any, **kw: Any) -> Any:
+        loads.append(kw["enabled"])
+        return real_defer(engine, **kw)
+
+    monkeypatch.setattr(PostgresSearchConnector, "upsert", upsert)
+    monkeypatch.setattr(bulk, "defer_index_builds", defer)
+    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 100)
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(path), *opts, "--batch-size", "4", "--verbose"])
+    assert result.exit_code == 0, result.output
+    assert "150 new" in result.output and "chunks/s" in result.output
+    assert "peak memory" in result.output
+    # Windows of 8 batches, never the whole input in one call; one load around them all
+    # defers the index builds, the calls inside it never do on their own.
+    assert calls == [32, 32, 32, 32, 22]
+    assert loads == [True, False, False, False, False, False]
+    hits = _json(["search", "stream item 149", "-s", "t", *opts])
+    assert isinstance(hits, dict) and hits["hits"][0]["doc_id"] == "s0149"
 
 
 def test_ingest_notes_directory_and_beir(

@@ -437,3 +437,58 @@ def test_opening_the_index_rebuilds_indexes_a_killed_load_left_missing(
         assert not bulk.ensure_indexes(reopened.engine, reopened.index_settings.dimension)
         hits = reopened.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
         assert hits[0].doc_id == "b00003"
+
+
+def test_bulk_load_groups_several_upserts_into_one_load(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A corpus streamed in windows: every window is too small to defer on its own, the load
+    # as a whole is not; the indexes are built once, after the last window.
+    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
+    present = (
+        "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        f"WHERE i.indisvalid AND c.relname IN {(bulk.VECTOR_INDEX, *bulk.LEXICAL_INDEXES)}"
+    )
+    seen: list[int] = []
+    with store.bulk_load(expected_chunks=120) as deferred:
+        assert deferred
+        for start in range(0, 60, 15):  # 15 records ~ 45 chunks: under the threshold alone
+            store.upsert([_doc(i) for i in range(start, start + 15)], batch_size=15)
+            seen.append(_one(context_search_dsn, context_search_schema, present))
+            hits = store.search(SearchQuery(query=f"Bulk record {start}", allowed_scopes=["team"]))
+            assert hits.hits[0].doc_id == f"b{start:05d}"  # searches stay right meanwhile
+    assert seen == [0, 0, 0, 0]  # no window rebuilt the indexes on its own
+    assert _one(context_search_dsn, context_search_schema, present) == 3
+    _consistent(store)
+    hits = store.search(SearchQuery(query="Bulk record 44", allowed_scopes=["team"])).hits
+    assert hits[0].doc_id == "b00044"
+
+
+def test_a_small_bulk_load_keeps_the_indexes_and_a_failed_one_rebuilds_them(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store.upsert([_doc(i) for i in range(5)])
+    with store.bulk_load(expected_chunks=10) as deferred:
+        assert not deferred
+        store.upsert([_doc(i) for i in range(5, 10)])
+        assert _vector_index_valid(context_search_dsn, context_search_schema)
+    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 10)
+    during: list[bool] = []
+
+    def broken_stream() -> None:
+        with store.bulk_load(expected_chunks=1000):
+            store.upsert([_doc(i) for i in range(10, 20)])
+            during.append(_vector_index_valid(context_search_dsn, context_search_schema))
+            raise RuntimeError("the caller's stream broke")
+
+    with pytest.raises(RuntimeError, match="stream broke"):
+        broken_stream()
+    assert during == [False]
+    assert _vector_index_valid(context_search_dsn, context_search_schema)
+    _consistent(store)

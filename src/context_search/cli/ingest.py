@@ -12,8 +12,10 @@ import enum
 import gzip
 import json
 import re
+import resource
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -47,7 +49,7 @@ from context_search.errors import ContextSearchError, InvalidRecordError
 from context_search.postgres import PostgresSearchConnector
 from context_search.validation import validate_records
 
-__all__ = ["ingest", "load_items", "parse_record"]
+__all__ = ["ingest", "iter_items", "load_items", "parse_record"]
 
 _TUPLES = ("tags", "entities", "pii_flags", "field_mask", "supersedes")
 _NOTE_SUFFIXES = (".md", ".markdown", ".txt")
@@ -199,7 +201,8 @@ def _notes(root: Path, scope: str) -> Iterator[Item]:
             yield Item(rel, None, exc.message.removeprefix(f"{rel}: "))
 
 
-def load_items(path: Path, kind: SourceKind, scope: str) -> list[Item]:
+def iter_items(path: Path, kind: SourceKind, scope: str) -> Iterator[Item]:
+    """The input's items one at a time (a corpus larger than memory streams through)."""
     if kind is SourceKind.AUTO:
         if path.is_dir():
             beir = (path / "corpus.jsonl").exists() or (path / "corpus.jsonl.gz").exists()
@@ -207,10 +210,19 @@ def load_items(path: Path, kind: SourceKind, scope: str) -> list[Item]:
         else:
             kind = SourceKind.JSONL
     if kind is SourceKind.JSONL:
-        return list(_jsonl(path))
+        return _jsonl(path)
     if kind is SourceKind.BEIR:
-        return list(_beir(path, scope))
-    return list(_notes(path, scope))
+        return _beir(path, scope)
+    return _notes(path, scope)
+
+
+def load_items(path: Path, kind: SourceKind, scope: str) -> list[Item]:
+    return list(iter_items(path, kind, scope))
+
+
+#: Records handed to one ``upsert`` call: enough batches for embedding to overlap writing,
+#: few enough that memory stays bounded whatever the input's size.
+WINDOW_BATCHES = 8
 
 
 def ingest(
@@ -237,12 +249,23 @@ def ingest(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Upsert records (idempotent, one transaction per batch) with a progress bar."""
+    """Upsert records (idempotent, one transaction per batch) with a progress bar.
+
+    The input is read twice and never held whole: a first pass validates every item (so
+    ``--on-error abort`` writes nothing when one is bad) and sizes the load, the second
+    streams the records to the index in windows of a few batches, as one load (the
+    search indexes are built after it when it is large relative to the index)."""
     console = Console(stderr=True)
     with cli_errors(as_json=as_json, verbose=verbose):
-        items = load_items(path, source, scope)
-        bad = [i for i in items if i.record is None]
-        good = [i.record for i in items if i.record is not None]
+        bad: list[Item] = []
+        good = 0
+        body_bytes = 0
+        for item in iter_items(path, source, scope):
+            if item.record is None:
+                bad.append(item)
+            else:
+                good += 1
+                body_bytes += len(item.record.body.encode("utf-8"))
         counts = {o.value: 0 for o in RecordOutcome}
         chunks = 0
         started = time.perf_counter()
@@ -252,33 +275,49 @@ def ingest(
                     TextColumn("documents"),
                     BarColumn(),
                     MofNCompleteColumn(),
-                    TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f} emb/s"),
+                    TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f} chunks/s"),
                     TimeRemainingColumn(),
                 )
-                with Progress(*columns, console=console, disable=as_json) as progress:
-                    task = progress.add_task("ingest", total=len(good), chunks=0, rate=0.0)
-                    embedded = 0
-                    for start in range(0, len(good), batch_size):
-                        batch = good[start : start + batch_size]
+                load: AbstractContextManager[Any] = nullcontext()
+                if isinstance(store, PostgresSearchConnector) and not defer_indexing:
+                    s = store.index_settings
+                    step = max(1, s.chunk_bytes - s.chunk_overlap)
+                    load = store.bulk_load(max(good, -(-body_bytes // step)))
+                with Progress(*columns, console=console, disable=as_json) as progress, load:
+                    task = progress.add_task("ingest", total=good, chunks=0, rate=0.0)
+
+                    def write(window: list[ContextDocumentRecord]) -> None:
+                        nonlocal chunks
                         report = (
                             store.upsert(
-                                batch, batch_size=batch_size, defer_indexing=defer_indexing
+                                window, batch_size=batch_size, defer_indexing=defer_indexing
                             )
                             if isinstance(store, PostgresSearchConnector)
-                            else store.upsert(batch, defer_indexing=defer_indexing)
+                            else store.upsert(window, defer_indexing=defer_indexing)
                         )
                         for _, outcome in report.outcomes:
                             counts[outcome.value] += 1
                         chunks += report.chunks_written
-                        embedded += report.embeddings_computed
                         elapsed = max(time.perf_counter() - started, 1e-9)
                         progress.update(
                             task,
                             advance=len(report.outcomes),
                             chunks=chunks,
-                            rate=embedded / elapsed,
+                            rate=chunks / elapsed,
                         )
+
+                    window: list[ContextDocumentRecord] = []
+                    for item in iter_items(path, source, scope):
+                        if item.record is not None:
+                            window.append(item.record)
+                        if len(window) >= batch_size * WINDOW_BATCHES:
+                            write(window)
+                            window = []
+                    if window:
+                        write(window)
     written = not (bad and on_error is OnError.ABORT)
+    seconds = round(time.perf_counter() - started, 3)
+    peak_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     summary = {
         "new": counts["inserted"],
         "changed": counts["updated"],
@@ -287,7 +326,10 @@ def ingest(
         "chunks": chunks,
         "written": written,
         "failures": [{"where": i.where, "reason": i.error} for i in bad],
-        "seconds": round(time.perf_counter() - started, 3),
+        "seconds": seconds,
+        # Peak resident memory of this process (Linux reports KiB): bounded by the window,
+        # not by the input's size.
+        "peak_memory_mb": peak_mb,
     }
     if as_json:
         echo_json(summary)
@@ -301,5 +343,8 @@ def ingest(
             f"{summary['new']} new, {summary['changed']} changed, {summary['unchanged']} "
             f"unchanged, {summary['failed']} failed; {chunks} chunks written"
         )
+        if verbose:
+            rate = chunks / max(seconds, 1e-9)
+            out.print(f"{seconds} s, {rate:.0f} chunks/s, peak memory {peak_mb} MB")
     if bad:
         raise typer.Exit(code=EXIT_FAILED)

@@ -32,6 +32,12 @@ class IndexSettings:
     chunk_overlap: int
     text_search_config: str
 
+    def estimate_chunks(self, record: ContextDocumentRecord) -> int:
+        """About how many chunks ``record`` becomes (from its body's size, before masking),
+        for deciding how a load builds its indexes; never below one."""
+        step = max(1, self.chunk_bytes - self.chunk_overlap)
+        return max(1, -(-len(record.body.encode("utf-8")) // step))
+
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):

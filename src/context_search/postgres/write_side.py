@@ -9,7 +9,8 @@ before anything is prepared or sent.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine
@@ -92,6 +93,18 @@ class WriteSide:
             refresh_statistics(self._engine, report.chunks_written)
             span.done(report)
         return dataclasses.replace(report, commit_token=self._tokens.after_write())
+
+    @contextmanager
+    def bulk_load(self, expected_chunks: int) -> Iterator[bool]:
+        """Group the ``upsert`` calls made inside into one large load of about
+        ``expected_chunks`` chunks: what a single large ``upsert`` decides for itself
+        (build the search indexes once after the load instead of row by row) is decided
+        once for all of them. For a corpus too large to pass in one call; each call keeps
+        its own guarantees (atomic batches, commit tokens). Yields whether index builds
+        were deferred. ``context-search ingest`` streams its input through this."""
+        self._writable("bulk_load")
+        with self._writes.bulk_load(expected_chunks) as deferred:
+            yield deferred
 
     def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
         """Visibility changes at once, in one transaction; deleted content is purged by a job."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,9 @@ class Writes:
         #: The model runs in one thread at a time (the next batch is embedded in a second
         #: thread while a transaction may embed a record a concurrent writer changed).
         self._embed_lock = threading.Lock()
+        #: Open ``bulk_load`` contexts: upserts inside them leave index builds to the load.
+        self._loads = 0
+        self._loads_lock = threading.Lock()
 
     def upsert(
         self,
@@ -103,11 +106,36 @@ class Writes:
         ``context-search reindex``) — evidence reports such documents ``pending``.
         """
         valid = validate_records(records)
-        defer, initial = (False, False) if defer_indexing else self._large_load(valid)
+        loading = self._loads > 0
+        defer, initial = (False, False) if defer_indexing or loading else self._large_load(valid)
         with bulk.defer_index_builds(
             self._engine, enabled=defer, dimension=self._settings.dimension, initial=initial
         ):
             return self._upsert(valid, defer_indexing, batch_size, progress)
+
+    @contextmanager
+    def bulk_load(self, expected_chunks: int) -> Iterator[bool]:
+        """Several ``upsert`` calls as one load of about ``expected_chunks`` chunks (a corpus
+        streamed in windows, so memory stays bounded): the decision to build the search
+        indexes after the load instead of row by row is taken once for the whole load, as
+        ``upsert`` takes it for one large call, and the indexes are built once at its end
+        (also when it fails). Yields whether the builds were deferred."""
+        with translate_errors("upsert"), self._engine.connect() as conn:
+            total = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
+        defer = bulk.should_defer(expected_chunks, total)
+        with bulk.defer_index_builds(
+            self._engine,
+            enabled=defer,
+            dimension=self._settings.dimension,
+            initial=total < bulk.DEFER_MIN_CHUNKS,
+        ):
+            with self._loads_lock:
+                self._loads += 1
+            try:
+                yield defer
+            finally:
+                with self._loads_lock:
+                    self._loads -= 1
 
     def _stage(
         self, records: Sequence[ContextDocumentRecord], start: int, defer_indexing: bool
@@ -185,8 +213,7 @@ class Writes:
         building the vector index afterwards beats maintaining it row by row (chunk counts
         estimated from body sizes; records whose stored hash matches do not count), and
         whether the index is empty (then the lexical search indexes are built after too)."""
-        step = max(1, self._settings.chunk_bytes - self._settings.chunk_overlap)
-        sizes = {r.document_id: max(1, -(-len(r.body.encode("utf-8")) // step)) for r in records}
+        sizes = {r.document_id: self._settings.estimate_chunks(r) for r in records}
         if sum(sizes.values()) < bulk.DEFER_MIN_CHUNKS:
             return False, False
         fresh: set[str] = set()
