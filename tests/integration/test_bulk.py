@@ -72,6 +72,13 @@ def _consistent(store: PostgresSearchConnector) -> None:
     assert report.consistent, report.violations
 
 
+#: How many of the search indexes a large load may defer exist and are valid.
+_SEARCH_INDEXES_VALID = (
+    "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    f"WHERE i.indisvalid AND c.relname IN {(bulk.VECTOR_INDEX, *bulk.LEXICAL_INDEXES)}"
+)
+
+
 def _vector_index_valid(dsn: str, schema: str) -> bool:
     return bool(
         _one(
@@ -400,10 +407,7 @@ def test_initial_load_builds_the_search_indexes_afterwards(
 ) -> None:
     monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
     real = ingest.copy_chunks
-    present = (
-        "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-        f"WHERE i.indisvalid AND c.relname IN {(bulk.VECTOR_INDEX, *bulk.LEXICAL_INDEXES)}"
-    )
+    present = _SEARCH_INDEXES_VALID
     during: list[tuple[int, list[str]]] = []
 
     def probing(*args: Any, **kw: Any) -> int:
@@ -448,10 +452,7 @@ def test_bulk_load_groups_several_upserts_into_one_load(
     # A corpus streamed in windows: every window is too small to defer on its own, the load
     # as a whole is not; the indexes are built once, after the last window.
     monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
-    present = (
-        "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-        f"WHERE i.indisvalid AND c.relname IN {(bulk.VECTOR_INDEX, *bulk.LEXICAL_INDEXES)}"
-    )
+    present = _SEARCH_INDEXES_VALID
     seen: list[int] = []
     with store.bulk_load(expected_chunks=120) as deferred:
         assert deferred
