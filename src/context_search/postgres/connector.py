@@ -373,7 +373,7 @@ class PostgresSearchConnector(WriteSide):
         plan = plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
         if not plan.vector_used:
             return plan, None, False
-        qvec, cached = self._query_vectors.get(vq.text)
+        qvec, cached = self._query_vectors.get(vq.text, frozenset(vq.scopes))
         return plan, qvec, cached
 
     def search(

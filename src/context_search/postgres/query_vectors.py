@@ -1,4 +1,4 @@
-"""The query-vector cache: a repeated query text is not embedded again."""
+"""The query-vector cache: a repeated query text is not embedded again by the same scopes."""
 
 from __future__ import annotations
 
@@ -18,26 +18,31 @@ class QueryVectors:
     search; agents and services repeat queries (retries, pagination, the same question from
     several users), and a query's vector depends only on its text and the model, which is
     fixed for a connector. ``size`` 0 turns the cache off.
+
+    Entries are kept per scope set: a hit answers tens of milliseconds sooner, so a shared
+    entry would let one caller time whether another, with other scopes, asked the same
+    question recently. Callers with the same scopes share; others never see each other's.
     """
 
     def __init__(self, embedder: Embedder, size: int = 1024) -> None:
         self._embedder = embedder
         self._size = size
-        self._vectors: OrderedDict[str, Any] = OrderedDict()
+        self._vectors: OrderedDict[tuple[frozenset[str], str], Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, text: str) -> tuple[Any, bool]:
-        """``text``'s vector, and whether it came from the cache."""
+    def get(self, text: str, scopes: frozenset[str]) -> tuple[Any, bool]:
+        """``text``'s vector, and whether it came from the cache of callers with ``scopes``."""
+        key = (scopes, text)
         with self._lock:
-            vector = self._vectors.get(text)
+            vector = self._vectors.get(key)
             if vector is not None:
-                self._vectors.move_to_end(text)
+                self._vectors.move_to_end(key)
                 return vector, True
         vector = self._embedder.embed_query(text)
         if self._size > 0:
             with self._lock:
-                self._vectors[text] = vector
-                self._vectors.move_to_end(text)
+                self._vectors[key] = vector
+                self._vectors.move_to_end(key)
                 while len(self._vectors) > self._size:
                     self._vectors.popitem(last=False)
         return vector, False
