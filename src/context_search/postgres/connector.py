@@ -153,6 +153,7 @@ class PostgresSearchConnector(WriteSide):
         cls,
         dsn: str | None = None,
         *,
+        engine: Engine | None = None,
         embedder: Embedder | None = None,
         schema: str | None = None,
         read_only: bool = False,
@@ -219,6 +220,10 @@ class PostgresSearchConnector(WriteSide):
         ``read_your_writes=True`` applies the latest token of this connector's own writes to
         every read.
 
+        ``engine``: open on the service's own engine (its connections' ``search_path``
+        starting at ``schema``, e.g. from ``create_store_engine``) instead of a DSN; the
+        caller keeps owning it, ``close()`` leaves it open.
+
         Malformed ``pool_size`` or ``planner_settings`` raise ``INVALID_CONFIG`` before any
         connection is made.
         """
@@ -228,12 +233,13 @@ class PostgresSearchConnector(WriteSide):
             raise InvalidConfigError(
                 "pool_size must be between 1 and 1000", details={"field": "pool_size"}
             )
-        handle = resolve_server(dsn)
+        given = engine
         embedder = embedder or default_embedder()
         connection = connection or ConnectionSettings()
         replica_settings = replicas or ReplicaSettings()
         engine, settings = open_primary(
-            handle.dsn,
+            resolve_server(dsn).dsn if given is None else None,
+            engine=given,
             schema=schema,
             embedder=embedder,
             connection=connection,
@@ -249,7 +255,8 @@ class PostgresSearchConnector(WriteSide):
                 read_dsns, schema=schema, connection=connection, settings=replica_settings
             )
         except BaseException:
-            close_store_engine(engine)
+            if given is None:
+                close_store_engine(engine)
             raise
         return cls(
             engine,
@@ -259,7 +266,7 @@ class PostgresSearchConnector(WriteSide):
             fusion=FusionSettings(
                 method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
             ),
-            owns_engine=True,
+            owns_engine=given is None,
             planner_settings=planner,
             exact_threshold=exact_threshold,
             per_term=lexical_per_term,

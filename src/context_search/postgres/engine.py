@@ -63,6 +63,7 @@ __all__ = [
     "load_json",
     "migrate",
     "ms",
+    "pool_arguments",
     "require_head",
     "translate_errors",
     "write_attempts",
@@ -188,6 +189,50 @@ def _adapters() -> AdaptersMap:
     return adapters
 
 
+def pool_arguments(
+    url: str, *, schema: str, connection: ConnectionSettings | None, read_only: bool
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The conninfo, connection arguments and pool options of a store engine's pool, shared
+    by the sync (``ConnectionPool``) and the asyncio (``AsyncConnectionPool``) engines so both
+    connect the same way."""
+    validate_schema(schema)
+    cfg = connection or ConnectionSettings()
+    options = " ".join(
+        (
+            f"-c search_path={schema},public",
+            f"-c statement_timeout={ms(cfg.statement_timeout_s)}",
+            f"-c idle_in_transaction_session_timeout={ms(cfg.idle_in_transaction_timeout_s)}",
+            *(("-c default_transaction_read_only=on",) if read_only else ()),
+        )
+    )
+    connect_kwargs: dict[str, Any] = {
+        "options": options,
+        "connect_timeout": cfg.connect_timeout_s,
+        "application_name": cfg.application_name,
+        # The pool opens the connections, so the dialect's adapters never reach them:
+        # every json/jsonb value, read through SQLAlchemy or psycopg, goes through here.
+        "context": _adapters(),
+        # Notice a peer that vanished without closing the socket (host down, network cut)
+        # within about a minute instead of the kernel's two hours.
+        "keepalives": 1,
+        "keepalives_idle": 30,
+        "keepalives_interval": 10,
+        "keepalives_count": 3,
+    }
+    pool_options: dict[str, Any] = {
+        "min_size": cfg.min_size,
+        "max_size": cfg.max_size,
+        "timeout": cfg.pool_timeout_s,
+        "max_idle": cfg.max_idle_s,
+        "max_lifetime": cfg.max_lifetime_s,
+        "reconnect_timeout": cfg.reconnect_timeout_s,
+        "close_returns": True,
+        "name": f"context-search:{schema}",
+    }
+    conninfo = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    return conninfo, connect_kwargs, pool_options
+
+
 def create_store_engine(
     dsn: str,
     *,
@@ -202,44 +247,17 @@ def create_store_engine(
     (``default_transaction_read_only``), so a write that slipped through is refused by the
     server, not merely never attempted.
     """
-    validate_schema(schema)
-    cfg = connection or ConnectionSettings()
-    options = " ".join(
-        (
-            f"-c search_path={schema},public",
-            f"-c statement_timeout={ms(cfg.statement_timeout_s)}",
-            f"-c idle_in_transaction_session_timeout={ms(cfg.idle_in_transaction_timeout_s)}",
-            *(("-c default_transaction_read_only=on",) if read_only else ()),
-        )
-    )
     url = sqlalchemy_url(dsn)
+    conninfo, connect_kwargs, pool_options = pool_arguments(
+        url, schema=schema, connection=connection, read_only=read_only
+    )
     pool: ConnectionPool[Any] = ConnectionPool(
-        url.replace("postgresql+psycopg://", "postgresql://", 1),
+        conninfo,
         connection_class=_ReadOnlyConnection if read_only else _PoolReturningConnection,
-        kwargs={
-            "options": options,
-            "connect_timeout": cfg.connect_timeout_s,
-            "application_name": cfg.application_name,
-            # The pool opens the connections, so the dialect's adapters never reach them:
-            # every json/jsonb value, read through SQLAlchemy or psycopg, goes through here.
-            "context": _adapters(),
-            # Notice a peer that vanished without closing the socket (host down, network cut)
-            # within about a minute instead of the kernel's two hours.
-            "keepalives": 1,
-            "keepalives_idle": 30,
-            "keepalives_interval": 10,
-            "keepalives_count": 3,
-        },
-        min_size=cfg.min_size,
-        max_size=cfg.max_size,
-        timeout=cfg.pool_timeout_s,
-        max_idle=cfg.max_idle_s,
-        max_lifetime=cfg.max_lifetime_s,
-        reconnect_timeout=cfg.reconnect_timeout_s,
+        kwargs=connect_kwargs,
         check=ConnectionPool.check_connection,
-        close_returns=True,
-        name=f"context-search:{schema}",
         open=True,
+        **pool_options,
     )
     engine = create_engine(
         url, poolclass=NullPool, creator=pool.getconn, json_deserializer=load_json, **kwargs

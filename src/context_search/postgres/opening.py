@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import psycopg
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from context_search.embedding import Embedder
 from context_search.errors import InvalidConfigError
@@ -25,18 +25,20 @@ from context_search.postgres.engine import (
     create_store_engine,
     migrate,
     require_head,
+    translate_errors,
 )
 from context_search.postgres.ingest import IndexSettings
 from context_search.postgres.replicas import server_name
 from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.server import sqlalchemy_url
 
-__all__ = ["open_primary", "open_replicas"]
+__all__ = ["check_search_path", "open_primary", "open_replicas"]
 
 
 def open_primary(
-    dsn: str,
+    dsn: str | None,
     *,
+    engine: Engine | None = None,
     schema: str,
     embedder: Embedder,
     connection: ConnectionSettings,
@@ -47,14 +49,21 @@ def open_primary(
     chunk_overlap: int,
     text_search_config: str,
 ) -> tuple[Engine, IndexSettings]:
-    """The engine of ``dsn`` and its active index settings (``PostgresSearchConnector.open``)."""
+    """The engine of ``dsn`` (or the caller's ``engine``, which it keeps owning) and its
+    active index settings (``PostgresSearchConnector.open``)."""
     if read_only and (auto_migrate or reconfigure):
         raise InvalidConfigError(
             "a read_only connector cannot migrate or reconfigure the index",
             details={"field": "auto_migrate" if auto_migrate else "reconfigure"},
         )
-    engine = create_store_engine(dsn, schema=schema, connection=connection, read_only=read_only)
+    owned = engine is None
+    if engine is None:
+        engine = create_store_engine(
+            str(dsn), schema=schema, connection=connection, read_only=read_only
+        )
     try:
+        if not owned:
+            check_search_path(engine, schema)
         if read_only:
             require_head(engine, schema=schema)
             settings = read_active_config(
@@ -67,9 +76,23 @@ def open_primary(
                 engine, embedder, chunk_bytes, chunk_overlap, text_search_config, reconfigure
             )
     except BaseException:
-        close_store_engine(engine)
+        if owned:
+            close_store_engine(engine)
         raise
     return engine, settings
+
+
+def check_search_path(engine: Engine, schema: str) -> None:
+    """``INVALID_CONFIG`` unless ``engine``'s connections address ``schema`` first: every
+    statement names its tables without a schema (see ``create_store_engine``)."""
+    with translate_errors("open"), engine.connect() as conn:
+        current = conn.execute(text("SELECT current_schema()")).scalar()
+    if current != schema:
+        raise InvalidConfigError(
+            f"the engine's connections address schema {current!r}, not {schema!r}: create it "
+            "with create_store_engine(dsn, schema=...) or set search_path to the schema first",
+            details={"field": "engine"},
+        )
 
 
 def open_replicas(

@@ -1,0 +1,318 @@
+"""AsyncPostgresSearchConnector: the PostgreSQL connector for asyncio services.
+
+One source of truth, by construction rather than by generation. psycopg writes its async code
+and generates the sync code from it; this package's sync connector came first and is built on
+SQLAlchemy, whose asyncio layer runs synchronous SQLAlchemy code inside a greenlet and awaits
+the driver wherever that code would block. So the async connector *is* a
+:class:`~context_search.postgres.PostgresSearchConnector` — the same validation, statements,
+read transactions (reader role, scopes setting, planner settings), writes, jobs, evidence and
+response assembly — opened on an ``AsyncEngine`` (psycopg ``AsyncConnection``\\ s from an
+``AsyncConnectionPool``, see :mod:`.driver`), each call started with ``greenlet_spawn``. There
+is no second copy of any logic to drift, and no worker thread per call: the event loop stays
+free while the server works, and only the embedding model runs in a thread
+(:class:`~.driver.OffLoopEmbedder`), because it is CPU-bound.
+
+Cancellation is native: cancelling the task awaiting a call raises ``CancelledError`` inside
+psycopg's wait, psycopg sends the server a cancel request for the statement in flight, the
+transaction is rolled back and the connection goes back to the pool; the task ends with
+``CancelledError`` as asyncio expects. Time limits end a call with ``CANCELLED`` exactly like
+the sync connector (same statement timeout, same error).
+
+What the event loop changes: calls of one connector interleave on one thread, so
+
+- writes that embed (``upsert``, ``reindex``) take turns through an ``asyncio.Lock``: the
+  model runs one batch at a time anyway, and the shared write code holds a thread lock
+  around the model, which two interleaved calls on one thread must never contend for;
+  reads never wait for it, and neither do ``delete_or_supersede``, ``rescope`` or
+  ``report_gap``;
+- ``upsert`` writes its batches one after another in the calling task (the sync connector
+  prepares the next batch in a second thread; here the model already runs off the loop);
+- ``last_commit_token`` is the latest write of this connector on the loop's thread, not of
+  one task: use ``IngestReport.commit_token`` where it matters;
+- streaming replicas (``read_dsns``) are not offered yet: the replica wait polls with
+  ``time.sleep``, which would stall the loop (``INVALID_CONFIG``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
+
+from context_search.contract import (
+    ContextDocument,
+    ContextDocumentRecord,
+    GapReceipt,
+    GapReport,
+    IngestReport,
+    RankExplanation,
+    ReindexReport,
+    SearchQuery,
+    SearchResponse,
+)
+from context_search.embedding import Embedder, default_embedder
+from context_search.errors import ContextSearchError, InvalidConfigError
+from context_search.postgres.aio.driver import (
+    OffLoopEmbedder,
+    close_async_store_engine,
+    create_async_store_engine,
+)
+from context_search.postgres.connector import PostgresSearchConnector
+from context_search.postgres.engine import ConnectionSettings
+from context_search.postgres.ingest import IndexSettings, ProgressCallback
+from context_search.postgres.jobs import JobProgress
+from context_search.postgres.server import resolve_server
+from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
+from context_search.validation import OnStale
+
+__all__ = ["AsyncPostgresSearchConnector"]
+
+T = TypeVar("T")
+
+
+class AsyncPostgresSearchConnector:
+    """Hybrid retrieval over one index schema for asyncio code; use :meth:`open`.
+
+    Every method is a coroutine with the sync connector's arguments, semantics and errors
+    (see :class:`~context_search.postgres.PostgresSearchConnector`), minus ``cancel=``:
+    cancel the awaiting task instead. Safe to share between the tasks of one event loop.
+    """
+
+    def __init__(self, core: PostgresSearchConnector, engine: AsyncEngine, *, owns: bool) -> None:
+        self._core = core
+        self._engine = engine
+        self._owns = owns
+        self._write_turn = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str | None = None,
+        *,
+        engine: AsyncEngine | None = None,
+        embedder: Embedder | None = None,
+        schema: str | None = None,
+        read_only: bool = False,
+        connection: ConnectionSettings | None = None,
+        **options: Any,
+    ) -> AsyncPostgresSearchConnector:
+        """Connect, migrate and activate the index configuration like
+        ``PostgresSearchConnector.open`` (same ``options``), on a new ``AsyncEngine`` for
+        ``dsn`` (``None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server) or on the
+        service's own ``engine`` (from :func:`create_async_store_engine`, or any whose
+        connections' ``search_path`` starts at ``schema``), which the caller keeps owning.
+        """
+        if options.get("read_dsns"):
+            raise InvalidConfigError(
+                "the async connector does not read from replicas yet",
+                details={"field": "read_dsns"},
+            )
+        name = validate_schema(schema or DEFAULT_SCHEMA)
+        if embedder is None:
+            embedder = await asyncio.to_thread(default_embedder)
+        model = OffLoopEmbedder(embedder)
+        owned = engine is None
+        if engine is None:
+            handle = await asyncio.to_thread(resolve_server, dsn)
+            engine = await create_async_store_engine(
+                handle.dsn, schema=name, connection=connection, read_only=read_only
+            )
+        try:
+            core = await greenlet_spawn(
+                PostgresSearchConnector.open,
+                engine=engine.sync_engine,
+                embedder=model,
+                schema=name,
+                read_only=read_only,
+                connection=connection,
+                **options,
+            )
+        except BaseException:
+            if owned:
+                await close_async_store_engine(engine)
+            raise
+        return cls(core, engine, owns=owned)
+
+    async def __aenter__(self) -> AsyncPostgresSearchConnector:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the engine and its pool, unless the caller handed in the engine."""
+        if self._owns:
+            await close_async_store_engine(self._engine)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    @property
+    def schema(self) -> str:
+        return self._core.schema
+
+    @property
+    def index_settings(self) -> IndexSettings:
+        return self._core.index_settings
+
+    @property
+    def read_only(self) -> bool:
+        return self._core.read_only
+
+    @property
+    def last_commit_token(self) -> str | None:
+        """The token of this connector's latest write on the loop's thread (see module)."""
+        return self._core.last_commit_token
+
+    @staticmethod
+    async def _run(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run the shared sync code of one call with its driver I/O awaited on the loop."""
+        result: T = await greenlet_spawn(call, *args, **kwargs)
+        return result
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        query: SearchQuery,
+        *,
+        timeout_s: float | None = None,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
+    ) -> SearchResponse:
+        """Hybrid search in one read snapshot (``PostgresSearchConnector.search``)."""
+        return await self._run(
+            self._core.search,
+            query,
+            timeout_s=timeout_s,
+            consistent_with=consistent_with,
+            on_stale=on_stale,
+        )
+
+    async def explain(
+        self,
+        doc_id: str,
+        query: SearchQuery,
+        *,
+        timeout_s: float | None = None,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
+    ) -> RankExplanation:
+        """Why ``doc_id`` ranks where it does (``PostgresSearchConnector.explain``)."""
+        return await self._run(
+            self._core.explain,
+            doc_id,
+            query,
+            timeout_s=timeout_s,
+            consistent_with=consistent_with,
+            on_stale=on_stale,
+        )
+
+    async def get_document(
+        self,
+        doc_id: str,
+        allowed_scopes: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        consistent_with: str | None = None,
+        on_stale: OnStale = "primary",
+    ) -> ContextDocument | None:
+        """One readable document or ``None`` (``PostgresSearchConnector.get_document``)."""
+        return await self._run(
+            self._core.get_document,
+            doc_id,
+            allowed_scopes,
+            timeout_s=timeout_s,
+            consistent_with=consistent_with,
+            on_stale=on_stale,
+        )
+
+    async def search_plan(self, query: SearchQuery, *, analyze: bool = False) -> str:
+        """PostgreSQL's plan for this search, as text."""
+        return await self._run(self._core.search_plan, query, analyze=analyze)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def upsert(
+        self,
+        records: Sequence[ContextDocumentRecord],
+        *,
+        defer_indexing: bool = False,
+        batch_size: int = 256,
+        progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Insert or replace records (``PostgresSearchConnector.upsert``): one transaction
+        per ``batch_size`` records, batches written in input order.
+
+        ``connection``: join the caller's open transaction instead (every record in it; the
+        caller commits or rolls back, and with it the index entries).
+        """
+        async with self._write_turn:
+            return await self._run(self._upsert, records, defer_indexing, batch_size, progress)
+
+    def _upsert(
+        self,
+        records: Sequence[ContextDocumentRecord],
+        defer_indexing: bool,
+        batch_size: int,
+        progress: ProgressCallback | None,
+    ) -> IngestReport:
+        """The sync ``upsert`` one batch per call (its second preparing thread cannot reach
+        the loop), the batches reported as one call."""
+        core = self._core
+        if len(records) <= batch_size or batch_size < 1:
+            return core.upsert(
+                records, defer_indexing=defer_indexing, batch_size=batch_size, progress=progress
+            )
+        expected = sum(core.index_settings.estimate_chunks(r) for r in records)
+        reports: list[IngestReport] = []
+        with core.bulk_load(expected):
+            for start in range(0, len(records), batch_size):
+                try:
+                    reports.append(
+                        core.upsert(
+                            records[start : start + batch_size],
+                            defer_indexing=defer_indexing,
+                            batch_size=batch_size,
+                        )
+                    )
+                except ContextSearchError as exc:
+                    exc.details.update(committed=start, committed_batches=len(reports))
+                    raise
+                if progress is not None:
+                    progress(min(start + batch_size, len(records)), len(records))
+        return dataclasses.replace(
+            reports[-1],
+            outcomes=tuple(o for r in reports for o in r.outcomes),
+            chunks_written=sum(r.chunks_written for r in reports),
+            embeddings_computed=sum(r.embeddings_computed for r in reports),
+            committed_batches=len(reports),
+        )
+
+    async def delete_or_supersede(
+        self,
+        doc_id: str,
+        superseded_by: str | None = None,
+    ) -> bool:
+        """Delete, or supersede by ``superseded_by`` (``PostgresSearchConnector``)."""
+        return await self._run(self._core.delete_or_supersede, doc_id, superseded_by)
+
+    async def rescope(self, doc_id: str, new_scope: str) -> bool:
+        """Move a live document to ``new_scope`` (``PostgresSearchConnector.rescope``)."""
+        return await self._run(self._core.rescope, doc_id, new_scope)
+
+    async def report_gap(self, report: GapReport) -> GapReceipt:
+        """Record a gap (``PostgresSearchConnector.report_gap``)."""
+        return await self._run(self._core.report_gap, report)
+
+    async def reindex(
+        self, *, max_jobs: int | None = None, progress: JobProgress | None = None
+    ) -> ReindexReport:
+        """Work the job queue until nothing is claimable, in this task (``reindex``)."""
+        async with self._write_turn:
+            return await self._run(self._core.reindex, max_jobs=max_jobs, progress=progress)

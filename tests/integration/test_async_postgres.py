@@ -1,0 +1,227 @@
+"""AsyncPostgresSearchConnector against a real server: the conformance suite through the
+blocking adapter, reads as the reader role with the caller's scopes, native cancellation
+(the server stops the statement), time limits, and many searches interleaved on one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+
+from context_search import Embedder, SearchConnector
+from context_search.conformance import ConnectorFactory
+from context_search.contract import ContextDocumentRecord, SearchQuery
+from context_search.errors import InvalidConfigError, OperationCancelledError
+from context_search.postgres import AsyncPostgresSearchConnector
+from context_search.testing import ConformanceSuite, temporary_schema
+from context_search.testing.aio import open_blocking
+
+T = TypeVar("T")
+
+
+class TestAsyncPostgresConformance(ConformanceSuite):
+    @pytest.fixture
+    def connector_factory(
+        self, context_search_dsn: str, context_search_embedder: Embedder
+    ) -> ConnectorFactory:
+        @contextmanager
+        def make() -> Iterator[SearchConnector]:
+            with (
+                temporary_schema(context_search_dsn, prefix="cs_aconf_") as schema,
+                open_blocking(
+                    context_search_dsn, embedder=context_search_embedder, schema=schema
+                ) as connector,
+            ):
+                yield connector
+
+        return make
+
+
+def _records(n: int, scope: str = "team") -> list[ContextDocumentRecord]:
+    return [
+        ContextDocumentRecord(
+            document_id=f"doc-{i}",
+            body=f"release notes number{i} describe the rollout of feature{i} " * 3,
+            permission_scope=scope,
+            title=f"Notes {i}",
+        )
+        for i in range(n)
+    ]
+
+
+def _run(
+    dsn: str,
+    schema: str,
+    embedder: Embedder,
+    test: Callable[[AsyncPostgresSearchConnector], Awaitable[T]],
+) -> T:
+    async def main() -> T:
+        async with await AsyncPostgresSearchConnector.open(
+            dsn, schema=schema, embedder=embedder
+        ) as connector:
+            return await test(connector)
+
+    return asyncio.run(main())
+
+
+def _query(text: str, *scopes: str, top_k: int = 3) -> SearchQuery:
+    return SearchQuery(query=text, allowed_scopes=scopes, top_k=top_k)
+
+
+def test_reads_are_scoped_like_the_sync_connector(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    async def test(c: AsyncPostgresSearchConnector) -> None:
+        await c.upsert(_records(3))
+        await c.upsert(
+            [
+                ContextDocumentRecord(
+                    document_id="hidden", body="feature1 rollout secret", permission_scope="hr"
+                )
+            ]
+        )
+        response = await c.search(_query("feature1 rollout", "team"))
+        assert response.hits[0].doc_id == "doc-1"
+        assert "hidden" not in {h.doc_id for h in response.hits}
+        assert (await c.search(_query("feature1 rollout", "hr"))).hits[0].doc_id == "hidden"
+        document = await c.get_document("doc-2", ["team"])
+        assert document is not None and document.title == "Notes 2"
+        assert await c.get_document("hidden", ["team"]) is None
+        explanation = await c.explain("doc-1", _query("feature1 rollout", "team"))
+        assert explanation.final_rank == 1
+
+    _run(context_search_dsn, context_search_schema, context_search_embedder, test)
+
+
+def test_reads_run_as_the_reader_role_with_the_scopes_setting(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    """The transaction the async search opens is the shared session's: role and scopes
+    setting are visible to a statement running inside it (read through the same engine)."""
+
+    async def test(c: AsyncPostgresSearchConnector) -> tuple[Any, ...]:
+        await c.upsert(_records(1))
+
+        def inside() -> tuple[Any, ...]:
+            sessions = c._core._sessions  # the shared ReadSessions
+            with sessions.read(frozenset({"team", "ops"}), "probe") as s:
+                row = s.conn.exec_driver_sql(
+                    "SELECT current_user, current_setting('context_search.allowed_scopes'), "
+                    "current_setting('transaction_read_only')"
+                ).one()
+            return tuple(row)
+
+        return await c._run(inside)
+
+    user, scopes, read_only = _run(
+        context_search_dsn, context_search_schema, context_search_embedder, test
+    )
+    assert user == f"{context_search_schema}_reader"
+    assert scopes == "{ops,team}"
+    assert read_only == "on"
+
+
+@asynccontextmanager
+async def _chunks_locked(dsn: str, schema: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """Another session holding ``chunks`` exclusively: a search waits on it until it is
+    cancelled or the lock goes."""
+    async with await psycopg.AsyncConnection.connect(dsn) as locker:
+        await locker.execute(f'LOCK TABLE "{schema}".chunks IN ACCESS EXCLUSIVE MODE')
+        yield locker
+
+
+async def _blocked_searches(dsn: str) -> int:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as probe:
+        row = await (
+            await probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                "AND wait_event_type = 'Lock' AND application_name = 'context-search'"
+            )
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def _until(check: Callable[[], Awaitable[bool]], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+def test_cancelling_the_task_cancels_the_statement_on_the_server(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    dsn = context_search_dsn
+
+    async def test(c: AsyncPostgresSearchConnector) -> None:
+        await c.upsert(_records(3))
+        async with _chunks_locked(dsn, context_search_schema):
+            task = asyncio.create_task(c.search(_query("feature1", "team")))
+
+            async def waiting() -> bool:
+                return await _blocked_searches(dsn) == 1
+
+            async def stopped() -> bool:
+                return await _blocked_searches(dsn) == 0
+
+            await _until(waiting)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # The lock is still held: only a server-side cancel ends the wait.
+            await _until(stopped)
+        # The connection went back to the pool usable: the next search answers.
+        assert (await c.search(_query("feature1", "team"))).hits[0].doc_id == "doc-1"
+
+    _run(dsn, context_search_schema, context_search_embedder, test)
+
+
+def test_time_limit_is_a_typed_cancellation_like_sync(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    dsn = context_search_dsn
+
+    async def test(c: AsyncPostgresSearchConnector) -> OperationCancelledError:
+        await c.upsert(_records(3))
+        async with _chunks_locked(dsn, context_search_schema):
+            with pytest.raises(OperationCancelledError) as raised:
+                await c.search(_query("feature1", "team"), timeout_s=0.2)
+        return raised.value
+
+    error = _run(dsn, context_search_schema, context_search_embedder, test)
+    assert error.code == "CANCELLED"
+    assert error.details["reason"] == "timeout"
+
+
+def test_searches_interleave_on_one_loop_each_answered_for_itself(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    async def test(c: AsyncPostgresSearchConnector) -> list[str]:
+        await c.upsert(_records(40))
+        responses = await asyncio.gather(
+            *(c.search(_query(f"number{i} feature{i}", "team", top_k=1)) for i in range(40))
+        )
+        return [r.hits[0].doc_id for r in responses]
+
+    top = _run(context_search_dsn, context_search_schema, context_search_embedder, test)
+    assert top == [f"doc-{i}" for i in range(40)]
+
+
+def test_replicas_are_refused_rather_than_stalling_the_loop(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    with pytest.raises(InvalidConfigError):
+        asyncio.run(
+            AsyncPostgresSearchConnector.open(
+                context_search_dsn,
+                schema=context_search_schema,
+                embedder=context_search_embedder,
+                read_dsns=[context_search_dsn],
+            )
+        )
