@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from context_search import telemetry
 from context_search.contract import (
@@ -65,9 +65,15 @@ class WriteSide:
         defer_indexing: bool = False,
         batch_size: int = 256,
         progress: ProgressCallback | None = None,
+        connection: Connection | None = None,
     ) -> IngestReport:
         """Insert or replace records, one transaction per ``batch_size`` records: all or
         nothing per batch, not per call.
+
+        ``connection``: write every record in the caller's open transaction on it instead
+        (a connection of this index's engine, or one whose ``search_path`` starts at the
+        schema), so the service's own rows and the index entries commit or roll back
+        together. The report then has no ``commit_token`` (the caller commits).
 
         Validation covers every record before the first write. A failure inside a batch
         rolls that batch back completely; earlier batches stay committed, and the error's
@@ -81,6 +87,8 @@ class WriteSide:
         its size.
         """
         self._writable("upsert")
+        if connection is not None:
+            return self._writes.upsert_in(connection, records, defer_indexing=defer_indexing)
         with telemetry.upsert_span(
             "postgres", records, defer_indexing=defer_indexing, batch_size=batch_size
         ) as span:
@@ -106,11 +114,15 @@ class WriteSide:
         with self._writes.bulk_load(expected_chunks) as deferred:
             yield deferred
 
-    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
-        """Visibility changes at once, in one transaction; deleted content is purged by a job."""
+    def delete_or_supersede(
+        self, doc_id: str, superseded_by: str | None = None, *, connection: Connection | None = None
+    ) -> bool:
+        """Visibility changes at once, in one transaction; deleted content is purged by a job.
+        ``connection``: in the caller's open transaction instead (see :meth:`upsert`)."""
         self._writable("delete_or_supersede")
-        changed = self._writes.delete_or_supersede(doc_id, superseded_by)
-        self._tokens.after_write()
+        changed = self._writes.delete_or_supersede(doc_id, superseded_by, connection=connection)
+        if connection is None:
+            self._tokens.after_write()
         return changed
 
     def rescope(self, doc_id: str, new_scope: str) -> bool:

@@ -251,52 +251,43 @@ class Writes:
         ]
         return _Precomputed(self._embedder, texts, self._embed_lock)
 
-    def delete_or_supersede(self, doc_id: str, superseded_by: str | None = None) -> bool:
-        """Visibility changes at once, in one transaction; deleted content is purged by a job."""
+    def delete_or_supersede(
+        self, doc_id: str, superseded_by: str | None = None, *, connection: Connection | None = None
+    ) -> bool:
+        """Visibility changes at once, in one transaction; deleted content is purged by a job.
+        ``connection``: in the caller's open transaction instead (committed with it)."""
         validate_supersede(doc_id, superseded_by)
+        revision = self._settings.revision
+        if connection is not None:
+            with translate_errors("delete_or_supersede"):
+                return _change_visibility(connection, doc_id, superseded_by, revision)
         for attempt in write_attempts(self._engine, "delete_or_supersede"):
             with attempt as conn:
-                # Both documents at once, in doc_id order like every writer (no deadlock
-                # between two supersedes pointing at each other's documents).
-                locked = {
-                    str(r.doc_id): str(r.lifecycle)
-                    for r in conn.execute(
-                        text(
-                            "SELECT doc_id, lifecycle FROM documents WHERE doc_id = ANY(:ids) "
-                            "ORDER BY doc_id FOR UPDATE"
-                        ).bindparams(bindparam("ids", type_=ARRAY(Text))),
-                        {"ids": sorted({doc_id, superseded_by or doc_id})},
-                    )
-                }
-                state = locked.get(doc_id)
-                if state is None or state == Lifecycle.DELETED:
-                    return False
-                if superseded_by is not None:
-                    successor = locked.get(superseded_by)
-                    if successor is None or successor == Lifecycle.DELETED:
-                        raise NotFoundError(
-                            "successor document not found", details={"field": "superseded_by"}
-                        )
-                    new_state, kind = Lifecycle.SUPERSEDED.value, "supersede"
-                else:
-                    new_state, kind = Lifecycle.DELETED.value, "purge"
-                conn.execute(
-                    text(
-                        "UPDATE documents SET lifecycle = :state, superseded_by = :succ, "
-                        "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
-                    ),
-                    {"state": new_state, "succ": superseded_by, "id": doc_id},
-                )
-                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
-                conn.execute(
-                    text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
-                    {"state": new_state, "id": doc_id},
-                )
-                conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
-                conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
-                _record_change(conn, kind, doc_id, self._settings.revision)
-                return True
+                return _change_visibility(conn, doc_id, superseded_by, revision)
         raise AssertionError("write_attempts returns or raises")  # pragma: no cover
+
+    def upsert_in(
+        self,
+        conn: Connection,
+        records: Sequence[ContextDocumentRecord],
+        *,
+        defer_indexing: bool = False,
+    ) -> IngestReport:
+        """Every record in the caller's open transaction on ``conn``, as one batch: the
+        caller's commit makes them visible with its own rows, its rollback undoes both.
+        Embedded before the first statement on ``conn``, like a batch of :meth:`upsert`."""
+        valid = validate_records(records)
+        batch, embedder = self._stage(valid, 0, defer_indexing)
+        with translate_errors("upsert"):
+            out, chunks, embeddings = write_batch(
+                conn, batch, embedder, self._settings, deferred=defer_indexing
+            )
+        return IngestReport(
+            outcomes=tuple(out),
+            chunks_written=chunks,
+            embeddings_computed=embeddings,
+            committed_batches=0,
+        )
 
     def rescope(self, doc_id: str, new_scope: str) -> bool:
         """Move a live document to ``new_scope``: document, chunks, postings and statistics
@@ -423,6 +414,51 @@ class _Precomputed:
 
     def embed_query(self, text: str) -> Any:
         return self._inner.embed_query(text)
+
+
+def _change_visibility(
+    conn: Connection, doc_id: str, superseded_by: str | None, revision: int
+) -> bool:
+    """Delete or supersede ``doc_id`` in ``conn``'s transaction; ``False`` when it is
+    already gone."""
+    # Both documents at once, in doc_id order like every writer (no deadlock
+    # between two supersedes pointing at each other's documents).
+    locked = {
+        str(r.doc_id): str(r.lifecycle)
+        for r in conn.execute(
+            text(
+                "SELECT doc_id, lifecycle FROM documents WHERE doc_id = ANY(:ids) "
+                "ORDER BY doc_id FOR UPDATE"
+            ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+            {"ids": sorted({doc_id, superseded_by or doc_id})},
+        )
+    }
+    state = locked.get(doc_id)
+    if state is None or state == Lifecycle.DELETED:
+        return False
+    if superseded_by is not None:
+        successor = locked.get(superseded_by)
+        if successor is None or successor == Lifecycle.DELETED:
+            raise NotFoundError("successor document not found", details={"field": "superseded_by"})
+        new_state, kind = Lifecycle.SUPERSEDED.value, "supersede"
+    else:
+        new_state, kind = Lifecycle.DELETED.value, "purge"
+    conn.execute(
+        text(
+            "UPDATE documents SET lifecycle = :state, superseded_by = :succ, "
+            "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
+        ),
+        {"state": new_state, "succ": superseded_by, "id": doc_id},
+    )
+    conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
+    conn.execute(
+        text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
+        {"state": new_state, "id": doc_id},
+    )
+    conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
+    conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
+    _record_change(conn, kind, doc_id, revision)
+    return True
 
 
 def _record_change(

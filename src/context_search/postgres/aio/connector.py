@@ -40,7 +40,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from context_search.contract import (
@@ -245,14 +245,22 @@ class AsyncPostgresSearchConnector:
         defer_indexing: bool = False,
         batch_size: int = 256,
         progress: ProgressCallback | None = None,
+        connection: AsyncConnection | None = None,
     ) -> IngestReport:
         """Insert or replace records (``PostgresSearchConnector.upsert``): one transaction
         per ``batch_size`` records, batches written in input order.
 
-        ``connection``: join the caller's open transaction instead (every record in it; the
-        caller commits or rolls back, and with it the index entries).
+        ``connection``: every record in the caller's open transaction on it instead (an
+        ``AsyncConnection`` of :func:`create_async_store_engine`'s engine), committed or
+        rolled back by the caller together with its own rows; no ``commit_token``.
         """
         async with self._write_turn:
+            if connection is not None:
+                return await connection.run_sync(
+                    lambda conn: self._core.upsert(
+                        records, defer_indexing=defer_indexing, connection=conn
+                    )
+                )
             return await self._run(self._upsert, records, defer_indexing, batch_size, progress)
 
     def _upsert(
@@ -298,8 +306,15 @@ class AsyncPostgresSearchConnector:
         self,
         doc_id: str,
         superseded_by: str | None = None,
+        *,
+        connection: AsyncConnection | None = None,
     ) -> bool:
-        """Delete, or supersede by ``superseded_by`` (``PostgresSearchConnector``)."""
+        """Delete, or supersede by ``superseded_by`` (``PostgresSearchConnector``);
+        ``connection``: in the caller's open transaction (see :meth:`upsert`)."""
+        if connection is not None:
+            return await connection.run_sync(
+                lambda conn: self._core.delete_or_supersede(doc_id, superseded_by, connection=conn)
+            )
         return await self._run(self._core.delete_or_supersede, doc_id, superseded_by)
 
     async def rescope(self, doc_id: str, new_scope: str) -> bool:
