@@ -23,6 +23,16 @@ def test_conformance_memory_prints_table_and_summary() -> None:
     assert "permission_prefilter" in result.output
 
 
+@pytest.mark.integration
+def test_conformance_postgres_async_runs_every_case(context_search_dsn: str) -> None:
+    result = runner.invoke(
+        app, ["conformance", "--backend", "postgres-async", "--dsn", context_search_dsn]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == "45 passed, 0 failed"
+    assert "postgres-async" in result.output
+
+
 @pytest.mark.unit
 def test_conformance_unknown_case_is_a_usage_error() -> None:
     result = runner.invoke(app, ["conformance", "--case", "nope"])

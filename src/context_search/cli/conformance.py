@@ -25,6 +25,7 @@ from context_search.memory import InMemorySearchConnector
 class Backend(enum.StrEnum):
     MEMORY = "memory"
     POSTGRES = "postgres"
+    POSTGRES_ASYNC = "postgres-async"
     SQLITE = "sqlite"
 
 
@@ -34,22 +35,23 @@ def _memory() -> Iterator[SearchConnector]:
         yield connector
 
 
-def _postgres_factory(dsn: str | None) -> ConnectorFactory:
-    """Each case gets its own throwaway schema (and reader role), dropped afterwards."""
+def _postgres_factory(dsn: str | None, *, asyncio: bool = False) -> ConnectorFactory:
+    """Each case gets its own throwaway schema (and reader role), dropped afterwards.
+    ``asyncio``: the async connector, driven on an event loop through its sync face."""
     from context_search.embedding import HashingEmbedder
     from context_search.postgres import PostgresSearchConnector
     from context_search.postgres.admin import drop_index
     from context_search.postgres.server import resolve_server
+    from context_search.testing.aio import open_blocking
 
     server = resolve_server(dsn)
+    opener = open_blocking if asyncio else PostgresSearchConnector.open
 
     @contextmanager
     def make() -> Iterator[SearchConnector]:
         schema = f"cs_conformance_{uuid.uuid4().hex[:10]}"
         try:
-            with PostgresSearchConnector.open(
-                server.dsn, embedder=HashingEmbedder(), schema=schema
-            ) as connector:
+            with opener(server.dsn, embedder=HashingEmbedder(), schema=schema) as connector:
                 yield connector
         finally:
             drop_index(server.dsn, schema)
@@ -113,7 +115,7 @@ def conformance(
         if backend is Backend.MEMORY
         else _sqlite
         if backend is Backend.SQLITE
-        else _postgres_factory(dsn)
+        else _postgres_factory(dsn, asyncio=backend is Backend.POSTGRES_ASYNC)
     )
     report = run_conformance(factory, cases)
     render(report, Console(width=160), backend=backend.value)

@@ -86,7 +86,9 @@ def check_search_path(engine: Engine, schema: str) -> None:
     """``INVALID_CONFIG`` unless ``engine``'s connections address ``schema`` first: every
     statement names its tables without a schema (see ``create_store_engine``)."""
     with translate_errors("open"), engine.connect() as conn:
-        current = conn.execute(text("SELECT current_schema()")).scalar()
+        # The setting, not current_schema(): a schema about to be created does not exist yet.
+        path = str(conn.execute(text("SELECT current_setting('search_path')")).scalar())
+    current = path.split(",")[0].strip().strip('"')
     if current != schema:
         raise InvalidConfigError(
             f"the engine's connections address schema {current!r}, not {schema!r}: create it "
