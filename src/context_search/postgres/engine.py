@@ -191,10 +191,10 @@ def _adapters() -> AdaptersMap:
 
 def pool_arguments(
     url: str, *, schema: str, connection: ConnectionSettings | None, read_only: bool
-) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """The conninfo, connection arguments and pool options of a store engine's pool, shared
-    by the sync (``ConnectionPool``) and the asyncio (``AsyncConnectionPool``) engines so both
-    connect the same way."""
+) -> tuple[str, dict[str, Any]]:
+    """The conninfo and pool options (connection arguments included) of a store engine's
+    pool, shared by the sync (``ConnectionPool``) and asyncio (``AsyncConnectionPool``)
+    engines so both connect the same way."""
     validate_schema(schema)
     cfg = connection or ConnectionSettings()
     options = " ".join(
@@ -220,6 +220,7 @@ def pool_arguments(
         "keepalives_count": 3,
     }
     pool_options: dict[str, Any] = {
+        "kwargs": connect_kwargs,
         "min_size": cfg.min_size,
         "max_size": cfg.max_size,
         "timeout": cfg.pool_timeout_s,
@@ -230,7 +231,7 @@ def pool_arguments(
         "name": f"context-search:{schema}",
     }
     conninfo = url.replace("postgresql+psycopg://", "postgresql://", 1)
-    return conninfo, connect_kwargs, pool_options
+    return conninfo, pool_options
 
 
 def create_store_engine(
@@ -248,16 +249,16 @@ def create_store_engine(
     server, not merely never attempted.
     """
     url = sqlalchemy_url(dsn)
-    conninfo, connect_kwargs, pool_options = pool_arguments(
+    conninfo, options = pool_arguments(
         url, schema=schema, connection=connection, read_only=read_only
     )
+    connection_class = _ReadOnlyConnection if read_only else _PoolReturningConnection
     pool: ConnectionPool[Any] = ConnectionPool(
         conninfo,
-        connection_class=_ReadOnlyConnection if read_only else _PoolReturningConnection,
-        kwargs=connect_kwargs,
+        connection_class=connection_class,
         check=ConnectionPool.check_connection,
         open=True,
-        **pool_options,
+        **options,
     )
     engine = create_engine(
         url, poolclass=NullPool, creator=pool.getconn, json_deserializer=load_json, **kwargs

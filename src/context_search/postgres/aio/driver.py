@@ -200,16 +200,16 @@ async def create_async_store_engine(
     both with :func:`close_async_store_engine`. A service may run its own statements on it
     and hand its connections to the connector's writes."""
     url = sqlalchemy_url(dsn)
-    conninfo, connect_kwargs, pool_options = pool_arguments(
+    conninfo, options = pool_arguments(
         url, schema=schema, connection=connection, read_only=read_only
     )
+    connection_class = _AsyncReadOnlyConnection if read_only else _AsyncPoolReturningConnection
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         conninfo,
-        connection_class=_AsyncReadOnlyConnection if read_only else _AsyncPoolReturningConnection,
-        kwargs=connect_kwargs,
+        connection_class=connection_class,
         check=AsyncConnectionPool.check_connection,
         open=False,
-        **pool_options,
+        **options,
     )
     await pool.open()
     engine = create_async_engine(
