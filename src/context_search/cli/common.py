@@ -30,7 +30,12 @@ import typer
 from rich.console import Console
 
 from context_search.contract import SearchConnector
-from context_search.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+from context_search.embedding import (
+    Backend,
+    Embedder,
+    HashingEmbedder,
+    SentenceTransformerEmbedder,
+)
 from context_search.errors import (
     BackendError,
     BackendUnavailableError,
@@ -71,7 +76,18 @@ EXIT_INTERNAL = 5
 
 class EmbedderChoice(enum.StrEnum):
     MINILM = "minilm"
+    MINILM_TORCH = "minilm-torch"
+    MINILM_ONNX = "minilm-onnx"
+    MINILM_INT8 = "minilm-int8"
     HASHING = "hashing"
+
+
+_MINILM_BACKENDS: dict[str, Backend] = {
+    EmbedderChoice.MINILM: "auto",
+    EmbedderChoice.MINILM_TORCH: "torch",
+    EmbedderChoice.MINILM_ONNX: "onnx",
+    EmbedderChoice.MINILM_INT8: "onnx-int8",
+}
 
 
 Dsn = Annotated[
@@ -90,7 +106,9 @@ EmbedderOpt = Annotated[
         "--embedder",
         envvar="CONTEXT_SEARCH_EMBEDDER",
         show_envvar=False,
-        help="minilm (all-MiniLM-L6-v2, English; default), hashing (fast, no model), or the "
+        help="minilm (all-MiniLM-L6-v2, English; default: ONNX Runtime when installed, else "
+        "torch, same vectors), minilm-torch, minilm-onnx, minilm-int8 (quantized: faster, "
+        "different vectors, its own index configuration), hashing (fast, no model), or the "
         "directory of any local sentence-transformers model, e.g. a multilingual one for "
         "Chinese (default: $CONTEXT_SEARCH_EMBEDDER, else minilm).",
     ),
@@ -101,14 +119,15 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Tracebacks and m
 
 
 def make_embedder(choice: str) -> Embedder:
-    """``minilm``, ``hashing`` or a local model directory (which covers every script)."""
-    if choice == EmbedderChoice.MINILM:
-        return SentenceTransformerEmbedder()
+    """``minilm[-runtime]``, ``hashing`` or a local model directory (every script)."""
+    if choice in _MINILM_BACKENDS:
+        return SentenceTransformerEmbedder(backend=_MINILM_BACKENDS[choice])
     if choice == EmbedderChoice.HASHING:
         return HashingEmbedder()
     if not Path(choice).is_dir():
         raise InvalidConfigError(
-            "--embedder takes minilm, hashing or the directory of a local "
+            "--embedder takes minilm, minilm-torch, minilm-onnx, minilm-int8, hashing or "
+            "the directory of a local "
             "sentence-transformers model",
             details={"field": "embedder"},
         )
