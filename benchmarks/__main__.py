@@ -2,7 +2,8 @@
 and its section of BENCHMARKS.md.
 
 Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, replica, plots, all;
-``reliability`` (load + injected faults on its own restartable server; not part of ``all``).
+``reliability`` (load + injected faults on its own restartable server; not part of ``all``);
+``embedding`` (torch vs ONNX runtimes of the embedder, no server; not part of ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
 """
@@ -26,9 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("suite", choices=(*SUITES, "plots", "all", "reliability"))
+    parser.add_argument("suite", choices=(*SUITES, "plots", "all", "reliability", "embedding"))
     parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
-    parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
+    parser.add_argument(
+        "--embedder",
+        choices=("minilm", "minilm-torch", "minilm-onnx", "minilm-int8", "hashing"),
+        default="minilm",
+    )
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--no-peer", action="store_true", help="Skip the langchain-postgres peer.")
     parser.add_argument(
@@ -61,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     md = out_dir / "BENCHMARKS.md" if scratch else common.ROOT / "BENCHMARKS.md"
     if args.suite == "reliability":
         return _reliability(args, argv, out_dir, md)
+    if args.suite == "embedding":
+        return _embedding(args, argv, out_dir, md)
     if args.suite == "plots":
         from benchmarks import plots
 
@@ -137,6 +144,29 @@ def _quality_sqlite(
     )
     embedder.save()
     common.log(f"wrote {common.write_result(name, result, out_dir)}")
+    return 0
+
+
+def _embedding(args: argparse.Namespace, argv: list[str], out_dir: Path, md: Path) -> int:
+    from benchmarks import embedding
+
+    if args.tiny:
+        data = common.tiny_dataset()
+        result = embedding.run(
+            data,
+            queries=6,
+            chunks=16,
+            slice_size=8,
+            ndcg=False,
+            cold_starts=1,
+            cache_dir=out_dir / "cache",
+        )
+    else:
+        result = embedding.run(common.load_beir(args.dataset))
+    result = {**common.envelope("embedding", argv), **result}
+    path = common.write_result("embedding", result, out_dir)
+    common.update_benchmarks_md("embedding", embedding.markdown(result), md)
+    common.log(f"wrote {path}")
     return 0
 
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_search import ContextDocumentRecord, HashingEmbedder
-from context_search.embedding import Embedder, SentenceTransformerEmbedder, embedder_scripts
+from context_search import ContextDocumentRecord
+from context_search.embedding import Embedder, embedder_scripts
 from context_search.postgres.server import resolve_server, temporary_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,10 @@ def percentiles(samples_s: Sequence[float]) -> dict[str, float]:
 
 
 def make_embedder(name: str) -> Embedder:
-    return SentenceTransformerEmbedder() if name == "minilm" else HashingEmbedder()
+    """``minilm`` (the product default runtime), ``minilm-torch|onnx|int8`` or ``hashing``."""
+    from context_search.cli.common import make_embedder as cli_embedder
+
+    return cli_embedder(name)
 
 
 class CachedEmbedder:
@@ -170,12 +173,16 @@ class CachedEmbedder:
     ``register`` adds vectors for texts directly (generated filler with chosen embeddings).
     """
 
-    def __init__(self, inner: Embedder, cache_dir: Path = CACHE / "embeddings") -> None:
+    def __init__(
+        self, inner: Embedder, cache_dir: Path = CACHE / "embeddings", name: str | None = None
+    ) -> None:
         self.inner = inner
         self.model_id = inner.model_id
         self.dimension = inner.dimension
         self.scripts = embedder_scripts(inner)  # what the model reads, as the product sees it
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", inner.model_id)
+        # Keyed by model id: runtimes whose vectors differ (onnx-int8) have their own id;
+        # ``name`` keeps a runtime's vectors apart where the id is shared (torch / ONNX).
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name or inner.model_id)
         self._path = cache_dir / f"{safe}-{inner.dimension}.npz"
         self._lock = threading.Lock()
         self._vectors: dict[str, npt.NDArray[np.float32]] = {}

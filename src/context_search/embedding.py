@@ -31,10 +31,10 @@ from context_search.text.segment import is_cjk, tokenize
 
 __all__ = [
     "DEFAULT_DIMENSION",
-    "Backend",
     "DEFAULT_MODEL_ID",
     "EMBEDDER_BACKENDS",
     "EMBEDDINGS_EXTRA_HINT",
+    "Backend",
     "Embedder",
     "GuardedEmbedder",
     "HashingEmbedder",
@@ -343,14 +343,14 @@ class SentenceTransformerEmbedder:
             onnx_cache_root,
         )
 
-        if not Path(path).is_dir():
-            raise RetrieverUnconfiguredError(
-                f"cannot load sentence-transformers model {self.model_id!r}: "
-                f"{path} is not a directory (the ONNX runtime exports from local files)"
-            )
         variant: OnnxVariant = "int8" if self.runtime == "onnx-int8" else "fp32"
         root = self._cache_dir or onnx_cache_root()
         try:
+            if not Path(path).is_dir():
+                raise RetrieverUnconfiguredError(
+                    f"cannot load sentence-transformers model {self.model_id!r}: {path} is "
+                    f"not a directory (the ONNX runtime exports from local files)"
+                )
             return OnnxSentenceEncoder.load(Path(path), variant, root)
         except RetrieverUnconfiguredError as exc:
             if not self._auto:

@@ -179,3 +179,15 @@ def test_unsupported_layout_is_refused_or_falls_back_to_torch(tmp_path: Path) ->
     assert auto.embed_query("x").shape == (384,)
     assert auto.runtime == "torch"
     assert not [p for p in cache.iterdir() if p.is_dir()]  # nothing half-exported is kept
+
+
+def test_the_embedding_benchmark_runs_on_a_tiny_dataset(tmp_path: Path) -> None:
+    from benchmarks.__main__ import main
+
+    assert main(["embedding", "--tiny", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "embedding.json").read_text(encoding="utf-8"))
+    rows = result["runtimes"]
+    assert rows["onnx"]["model_id"] == rows["torch"]["model_id"] == DEFAULT_MODEL_ID
+    assert rows["onnx"]["cosine_vs_torch"]["min"] >= FP32_MIN_COSINE
+    assert rows["onnx-int8"]["model_id"].endswith("+onnx-int8")
+    assert "<!-- bench:embedding -->" in (tmp_path / "BENCHMARKS.md").read_text("utf-8")
