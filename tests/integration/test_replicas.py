@@ -163,6 +163,25 @@ def test_read_your_writes_applies_the_connectors_own_tokens(
         assert store.get_document("d0", ["team"]) is None
 
 
+def test_a_reindex_that_did_work_leaves_a_token(
+    split: PostgresSearchConnector, context_search_replica_dsn: str
+) -> None:
+    # A deferred document becomes searchable when its job commits: the drain is a write.
+    split.upsert([_doc("later")], defer_indexing=True)
+    before = split.last_commit_token
+    query = SearchQuery(query="aurora", allowed_scopes=["team"])
+    with paused(context_search_replica_dsn):
+        assert split.reindex().done == 1
+        token = split.last_commit_token
+        assert token is not None and token != before
+        with pytest.raises(IndexStaleError):
+            split.search(query, consistent_with=token, on_stale="raise")
+        fresh = split.search(query, consistent_with=token)
+        assert [h.doc_id for h in fresh.hits] == ["later"]
+    assert split.reindex().done == 0
+    assert split.last_commit_token == token  # an idle drain wrote nothing
+
+
 def test_malformed_tokens_are_refused(split: PostgresSearchConnector) -> None:
     query = SearchQuery(query="aurora", allowed_scopes=["team"])
     for bad in ("", "latest", "1/2/3", "G/0", 42):

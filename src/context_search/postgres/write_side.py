@@ -146,8 +146,16 @@ class WriteSide:
     def reindex(
         self, *, max_jobs: int | None = None, progress: JobProgress | None = None
     ) -> ReindexReport:
-        """Work the queue in this thread until nothing is claimable (see ``JobWorker``)."""
-        return self.worker().drain(max_jobs=max_jobs, progress=progress)
+        """Work the queue in this thread until nothing is claimable (see ``JobWorker``).
+
+        Jobs change what readers see (a deferred document becomes searchable, a purge
+        removes content), so a drain that did any leaves a commit token like any write:
+        ``read_your_writes`` reads and ``consistent_with=last_commit_token`` then wait for a
+        replica that replayed them."""
+        report = self.worker().drain(max_jobs=max_jobs, progress=progress)
+        if report.done:
+            self._tokens.after_write()
+        return report
 
     def report_gap(self, report: GapReport) -> GapReceipt:
         """Record a gap; the same report again (same ``gap_id``) counts an occurrence."""
