@@ -12,40 +12,31 @@ statement of the call. The parts:
   (``context_search.responses``).
 - ``writes``: upsert, delete or supersede, rescope, gap reports, as the owning role.
 - ``config``: the index configuration that is active for the schema.
+
+The public methods live in two mixins along the same seam: ``read_side.ReadSide`` (search,
+explain, get_document, plans; routed to replicas) and ``write_side.WriteSide`` (every call
+that changes the index; always the primary).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Literal
 
-from sqlalchemy import Engine, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.types import Text
+from sqlalchemy import Engine
 
-from context_search import telemetry
-from context_search.contract import (
-    ContextDocument,
-    Lifecycle,
-    RankExplanation,
-    SearchQuery,
-    SearchResponse,
-    ServedBy,
-)
 from context_search.embedding import (
     Embedder,
     GuardedEmbedder,
     default_embedder,
-    embedder_scripts,
 )
-from context_search.errors import InvalidConfigError, NotFoundError
-from context_search.fusion import ArmPlan, FusionSettings, plan_arms
-from context_search.postgres.cancel import Cancellation
+from context_search.errors import InvalidConfigError
+from context_search.fusion import FusionSettings
 from context_search.postgres.engine import ConnectionSettings, close_store_engine
 from context_search.postgres.ingest import IndexSettings
 from context_search.postgres.opening import open_primary, open_replicas
 from context_search.postgres.query_vectors import QueryVectors
+from context_search.postgres.read_side import ReadSide
 from context_search.postgres.replicas import (
     CommitTokens,
     Replica,
@@ -53,37 +44,19 @@ from context_search.postgres.replicas import (
     server_name,
 )
 from context_search.postgres.routing import ReplicaSettings
-from context_search.postgres.rows import SearchRows, context_document, index_state
 from context_search.postgres.search import (
     SearchStatements,
-    fetch_evidence_rows,
-    fetch_verdicts,
 )
 from context_search.postgres.server import resolve_server
 from context_search.postgres.session import ReadSessions, validate_planner_settings
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
 from context_search.postgres.write_side import WriteSide
 from context_search.postgres.writes import Writes
-from context_search.responses import assemble_explanation, assemble_response
-from context_search.validation import (
-    OnStale,
-    ValidQuery,
-    validate_consistency,
-    validate_doc_id,
-    validate_query,
-    validate_scopes,
-)
 
 __all__ = ["PostgresSearchConnector", "QueryVectors"]
 
-T = TypeVar("T")
 
-
-# Everything a search ranks, with snippets and terms: explain needs the whole candidate list.
-_EXPLAIN_DETAIL = 1_000_000
-
-
-class PostgresSearchConnector(WriteSide):
+class PostgresSearchConnector(ReadSide, WriteSide):
     """Hybrid retrieval over one index schema; use :meth:`open` to construct.
 
     ``fusion`` selects RRF (default) or convex combination; ``pool_size`` bounds each arm.
@@ -306,221 +279,3 @@ class PostgresSearchConnector(WriteSide):
     @property
     def read_only(self) -> bool:
         return self._read_only
-
-    # -- read side --------------------------------------------------------------------------
-
-    @telemetry.get_document_span("postgres")
-    def get_document(
-        self,
-        doc_id: str,
-        allowed_scopes: Sequence[str],
-        *,
-        cancel: Cancellation | None = None,
-        timeout_s: float | None = None,
-        consistent_with: str | None = None,
-        on_stale: OnStale = "primary",
-    ) -> ContextDocument | None:
-        validate_doc_id(doc_id)
-        scopes = validate_scopes(allowed_scopes)
-        return self._routed(
-            "get_document",
-            lambda: self._get_document(doc_id, scopes, cancel, timeout_s),
-            consistent_with,
-            on_stale,
-        )[0]
-
-    def _get_document(
-        self,
-        doc_id: str,
-        scopes: frozenset[str],
-        cancel: Cancellation | None,
-        timeout_s: float | None,
-    ) -> ContextDocument | None:
-        with self._sessions.read(
-            scopes, "get_document", cancel=cancel, timeout_s=timeout_s
-        ) as session:
-            row = session.conn.execute(
-                text(
-                    # The successor's id only for callers who may read the successor.
-                    "SELECT d.*, (SELECT s.doc_id FROM documents s "
-                    "WHERE s.doc_id = d.superseded_by AND s.lifecycle <> 'deleted' "
-                    "AND s.permission_scope = ANY(:scopes)) AS visible_successor "
-                    "FROM documents d WHERE d.doc_id = :id AND d.lifecycle <> 'deleted' "
-                    "AND d.permission_scope = ANY(:scopes)"
-                ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
-                {"id": doc_id, "scopes": sorted(scopes)},
-            ).one_or_none()
-        return None if row is None else context_document(row)
-
-    def _routed(
-        self, action: str, call: Callable[[], T], consistent_with: object, on_stale: object
-    ) -> tuple[T, ServedBy]:
-        """Run a read ``call`` where routing puts it, consistent with the caller's token
-        (and, with ``read_your_writes``, with this connector's latest write)."""
-        token = validate_consistency(consistent_with, on_stale)
-        if self._read_your_writes:
-            token = max(token or 0, self._tokens.latest) or None
-        stale: OnStale = "raise" if on_stale == "raise" else "primary"
-        return self._sessions.run(action, call, token=token, on_stale=stale)
-
-    def _prepare(
-        self,
-        vq: ValidQuery,
-        action: str,
-        cancel: Cancellation | None = None,
-        timeout_s: float | None = None,
-    ) -> tuple[ArmPlan, Any, bool]:
-        """The arm plan, the query vector (``None`` when the vector arm has no weight) and
-        whether the vector was cached, computed before the read transaction opens: the model
-        never runs while a pooled connection and a snapshot are held. A bad time limit or a
-        cancelled token is refused first, so the model does not run for nothing."""
-        self._sessions.time_limit(timeout_s)
-        if cancel is not None:
-            cancel.check(action)
-        plan = plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
-        if not plan.vector_used:
-            return plan, None, False
-        qvec, cached = self._query_vectors.get(vq.text, frozenset(vq.scopes))
-        return plan, qvec, cached
-
-    def search(
-        self,
-        query: SearchQuery,
-        *,
-        cancel: Cancellation | None = None,
-        timeout_s: float | None = None,
-        consistent_with: str | None = None,
-        on_stale: OnStale = "primary",
-    ) -> SearchResponse:
-        """Hybrid search in one read snapshot.
-
-        ``timeout_s`` overrides the read time limit for this call; ``cancel`` stops it from
-        another thread. Either ends the call with ``CANCELLED``, never a partial result.
-        ``consistent_with``: a commit token; with replicas, the search waits (at most
-        ``ReplicaSettings.consistency_wait_s``) for a replica that replayed it, else reads
-        the primary (``on_stale="primary"``) or raises ``INDEX_STALE`` (``"raise"``).
-        ``evidence.served_by`` names the server that answered.
-        """
-        with telemetry.search_trace("postgres") as trace:
-            response, served = self._routed(
-                "search",
-                lambda: self._search(query, trace, cancel, timeout_s),
-                consistent_with,
-                on_stale,
-            )
-        return dataclasses.replace(
-            response, evidence=dataclasses.replace(response.evidence, served_by=served)
-        )
-
-    def _search(
-        self,
-        query: SearchQuery,
-        trace: telemetry.SearchTrace,
-        cancel: Cancellation | None,
-        timeout_s: float | None,
-    ) -> SearchResponse:
-        """A search, its stages marked on ``trace`` (timings and, if traced, spans)."""
-        vq = validate_query(query)
-        trace.query(vq)
-        trace.stage("embed")
-        plan, qvec, cached = self._prepare(vq, "search", cancel, timeout_s)
-        trace.stage("connect")
-        with self._sessions.read(
-            vq.scopes,
-            "search",
-            cancel=cancel,
-            timeout_s=timeout_s,
-            tuning=self._statements.tuning(vq),
-        ) as s:
-            trace.stage("statement")
-            rows = self._statements.fetch_candidates(s, vq, qvec, vector_weight=plan.vector_weight)
-            trace.stage("evidence")
-            extra = fetch_evidence_rows(s, vq)
-            trace.stage("commit")
-        trace.stage("assembly")
-        result = SearchRows(rows)
-        response = assemble_response(
-            vq,
-            result.ranking,
-            method=self._fusion.method,
-            params=self._fusion.params(plan.vector_weight),
-            hit_for=result.hit,
-            readable={**result.index_states(), **{r.doc_id: index_state(r) for r in extra}},
-            active_config=result.active_config,
-            observed_at=result.observed_at,
-            propagation=result.propagation,
-            notes=plan.notes,
-        )
-        trace.finish(response, embed_cached=cached)
-        if not self._stage_timings:
-            return response
-        timings = trace.timings(embed_cached=cached)
-        return dataclasses.replace(
-            response, stats=dataclasses.replace(response.stats, timings=timings)
-        )
-
-    @telemetry.explain_span("postgres")
-    def explain(
-        self,
-        doc_id: str,
-        query: SearchQuery,
-        *,
-        cancel: Cancellation | None = None,
-        timeout_s: float | None = None,
-        consistent_with: str | None = None,
-        on_stale: OnStale = "primary",
-    ) -> RankExplanation:
-        """Why ``doc_id`` ranks where it does for ``query`` (``NOT_FOUND`` when the caller
-        cannot read it). The document's verdicts and the ranking are read in one snapshot,
-        under one time limit and ``cancel``, like a search, and routed like one."""
-        validate_doc_id(doc_id)
-        vq = validate_query(query)
-        return self._routed(
-            "explain",
-            lambda: self._explain(doc_id, vq, cancel, timeout_s),
-            consistent_with,
-            on_stale,
-        )[0]
-
-    def _explain(
-        self,
-        doc_id: str,
-        vq: ValidQuery,
-        cancel: Cancellation | None,
-        timeout_s: float | None,
-    ) -> RankExplanation:
-        plan, qvec, _ = self._prepare(vq, "explain", cancel, timeout_s)
-        with self._sessions.read(
-            vq.scopes,
-            "explain",
-            cancel=cancel,
-            timeout_s=timeout_s,
-            tuning=self._statements.tuning(vq),
-        ) as s:
-            verdicts = fetch_verdicts(s, doc_id, vq)
-            if verdicts is None:
-                raise NotFoundError("document not found")
-            rows = self._statements.fetch_candidates(
-                s, vq, qvec, detail_limit=_EXPLAIN_DETAIL, vector_weight=plan.vector_weight
-            )
-        return assemble_explanation(
-            doc_id,
-            vq,
-            SearchRows(rows).ranking,
-            lifecycle=Lifecycle(verdicts.lifecycle),
-            filter_verdicts=[
-                (c.field, bool(getattr(verdicts, f"v{i}"))) for i, c in enumerate(vq.filters)
-            ],
-            method=self._fusion.method,
-            params=self._fusion.params(plan.vector_weight),
-            notes=plan.notes,
-        )
-
-    def search_plan(self, query: SearchQuery, *, analyze: bool = False) -> str:
-        """PostgreSQL's plan for this search (operators checking index use), as text."""
-        vq = validate_query(query)
-        plan, qvec, _ = self._prepare(vq, "search_plan")
-        with self._sessions.read(vq.scopes, "search_plan", tuning=self._statements.tuning(vq)) as s:
-            return self._statements.fetch_plan(
-                s, vq, qvec, analyze=analyze, vector_weight=plan.vector_weight
-            )
