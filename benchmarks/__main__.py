@@ -1,7 +1,8 @@
 """``python -m benchmarks <suite>``: run a suite, write ``benchmarks/results/<suite>.json``
 and its section of BENCHMARKS.md.
 
-Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, replica, plots, all;
+Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, replica, aio (async
+vs sync connector), plots, all;
 ``reliability`` (load + injected faults on its own restartable server; not part of ``all``);
 ``embedding`` (torch vs ONNX runtimes of the embedder, no server; not part of ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
@@ -19,7 +20,17 @@ from typing import Any
 
 from benchmarks import common
 
-SUITES = ("quality", "latency", "filtered", "ingest", "propagation", "leakage", "tokens", "replica")
+SUITES = (
+    "quality",
+    "latency",
+    "filtered",
+    "ingest",
+    "propagation",
+    "leakage",
+    "tokens",
+    "replica",
+    "aio",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                 kwargs["changes"] = 15
             if suite == "leakage" and args.tiny:
                 kwargs["rounds"] = 1
+            if suite == "aio" and args.tiny:
+                kwargs.update(rounds=1, per_round=10, per_client=2)
             common.log(f"== {suite} on {data.name}")
             result = {**common.envelope(suite, argv), **module.run(dsn, data, embedder, **kwargs)}
             embedder.save()
