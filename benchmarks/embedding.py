@@ -12,6 +12,7 @@ and throughput is the median over slices, so a burst of outside load hits all al
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -61,6 +62,7 @@ def run(
     cold_starts: int = 3,
     cache_dir: Any = CACHE / "embeddings",
 ) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
     embedders = {rt: SentenceTransformerEmbedder(backend=rt) for rt in runtimes}
     qtexts = [data.queries[q] for q in sorted(data.queries)][:queries]
     _, ctexts = _chunk_texts(data)
@@ -129,6 +131,7 @@ def run(
         "queries": len(qtexts),
         "chunks": len(ctexts),
         "slice_size": slice_size,
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "runtimes": rows,
         "targets": {
             "onnx matches torch (min cosine >= 0.9999)": None
@@ -209,6 +212,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{k}: {'not run' if v is None else 'met' if v else 'missed'}"
         for k, v in result["targets"].items()
     )
+    load = result.get("load_average")
     return "\n".join(
         [
             "### Embedding runtimes — all-MiniLM-L6-v2 on CPU",
@@ -239,6 +243,34 @@ def markdown(result: dict[str, Any]) -> str:
                 ],
             ),
             "",
-            f"Targets: {targets}.",
+            f"Targets: {targets}."
+            + (f" Load average at start / end: {load[0]} / {load[1]}." if load else ""),
+            "",
+            _decision(result["runtimes"]),
         ]
     )
+
+
+def _decision(rows: dict[str, Any]) -> str:
+    """Why the default runtime is what it is, from this run's numbers."""
+    torch, onnx, int8 = rows.get("torch"), rows.get("onnx"), rows.get("onnx-int8")
+    if not (torch and onnx):
+        return ""
+    out = (
+        f"The default (`auto`) runs fp32 ONNX: its vectors are torch's (min cosine "
+        f"{onnx['cosine_vs_torch']['min']:.7f}, so it shares the model id and the index), "
+        f"one query embeds {torch['query']['p50_ms'] / onnx['query']['p50_ms']:.1f}x "
+        f"faster at p50 ({onnx['query']['p50_ms']} vs {torch['query']['p50_ms']} ms), "
+        f"batches run at {onnx['chunks_per_s']} vs {torch['chunks_per_s']} chunks/s, and "
+        f"a fresh process reaches its first vector in {onnx['cold_start_s']} s instead of "
+        f"{torch['cold_start_s']} s."
+    )
+    if int8:
+        arm, ref = int8.get("vector_arm"), torch.get("vector_arm")
+        delta = f", vector nDCG@10 {arm['ndcg@10'] - ref['ndcg@10']:+.4f}" if arm and ref else ""
+        out += (
+            f" int8 is opt-in (`--embedder minilm-int8`): faster again, but its vectors "
+            f"differ (min cosine {int8['cosine_vs_torch']['min']:.4f}{delta}), so it has its "
+            f"own model id and re-embeds an index."
+        )
+    return out
