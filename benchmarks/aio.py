@@ -48,30 +48,32 @@ async def _async_sequential(store: AsyncPostgresSearchConnector, texts: list[str
 
 def _sync_threads(
     store: PostgresSearchConnector, texts: list[str], clients: int, per_client: int
-) -> float:
+) -> tuple[float, float]:
     def worker(c: int) -> None:
         for i in range(per_client):
             store.search(_query(texts[(c * 7919 + i) % len(texts)]))
 
     threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return clients * per_client / (time.perf_counter() - t0)
+    n = clients * per_client
+    return n / (time.perf_counter() - t0), 1000 * (time.process_time() - cpu0) / n
 
 
 async def _async_tasks(
     store: AsyncPostgresSearchConnector, texts: list[str], clients: int, per_client: int
-) -> float:
+) -> tuple[float, float]:
     async def worker(c: int) -> None:
         for i in range(per_client):
             await store.search(_query(texts[(c * 7919 + i) % len(texts)]))
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(worker(c) for c in range(clients)))
-    return clients * per_client / (time.perf_counter() - t0)
+    n = clients * per_client
+    return n / (time.perf_counter() - t0), 1000 * (time.process_time() - cpu0) / n
 
 
 def run(
@@ -92,6 +94,10 @@ def run(
     async_lat: list[float] = []
     sync_qps: list[float] = []
     async_qps: list[float] = []
+    # Client-process CPU (every thread) per search under concurrency: on 2 shared cores
+    # the client's own Python work competes with the server for the same CPUs.
+    sync_cpu: list[float] = []
+    async_cpu: list[float] = []
     with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCHEMA) as store:
         store.upsert(data.records, batch_size=512)
         loop = asyncio.new_event_loop()
@@ -106,10 +112,14 @@ def run(
                     batch = [texts[(r * per_round + i) % len(texts)] for i in range(per_round)]
                     sync_lat += _sync_sequential(store, batch)
                     async_lat += loop.run_until_complete(_async_sequential(astore, batch))
-                    sync_qps.append(_sync_threads(store, texts, clients, per_client))
-                    async_qps.append(
-                        loop.run_until_complete(_async_tasks(astore, texts, clients, per_client))
+                    qps, cpu = _sync_threads(store, texts, clients, per_client)
+                    sync_qps.append(qps)
+                    sync_cpu.append(cpu)
+                    qps, cpu = loop.run_until_complete(
+                        _async_tasks(astore, texts, clients, per_client)
                     )
+                    async_qps.append(qps)
+                    async_cpu.append(cpu)
                     log(f"aio round {r}: sync {sync_qps[-1]:.1f}/s, async {async_qps[-1]:.1f}/s")
             finally:
                 loop.run_until_complete(astore.close())
@@ -131,6 +141,10 @@ def run(
             "rounds_sync": [round(x, 1) for x in sync_qps],
             "rounds_async": [round(x, 1) for x in async_qps],
         },
+        "client_cpu_ms_per_search": {
+            "sync_threads": round(sorted(sync_cpu)[len(sync_cpu) // 2], 2),
+            "async_tasks": round(sorted(async_cpu)[len(async_cpu) // 2], 2),
+        },
         "async_over_sync_throughput": round(async_t / sync_t, 3),
     }
 
@@ -138,15 +152,22 @@ def run(
 def markdown(result: dict[str, Any]) -> str:
     one = result["one_client"]
     tp = result["throughput"]
+    cpu = result["client_cpu_ms_per_search"]
     n = result["clients"]
     table = fmt_table(
         [
-            ["sync, 1 client", one["sync"]["p50_ms"], one["sync"]["p95_ms"], "-"],
-            ["async, 1 task", one["async"]["p50_ms"], one["async"]["p95_ms"], "-"],
-            [f"sync, {n} threads", "-", "-", tp["sync_threads"]],
-            [f"async, {n} tasks on one loop", "-", "-", tp["async_tasks"]],
+            ["sync, 1 client", one["sync"]["p50_ms"], one["sync"]["p95_ms"], "-", "-"],
+            ["async, 1 task", one["async"]["p50_ms"], one["async"]["p95_ms"], "-", "-"],
+            [f"sync, {n} threads", "-", "-", tp["sync_threads"], cpu["sync_threads"]],
+            [f"async, {n} tasks on one loop", "-", "-", tp["async_tasks"], cpu["async_tasks"]],
         ],
-        ["connector", "p50 ms", "p95 ms", "searches/s (median of rounds)"],
+        [
+            "connector",
+            "p50 ms",
+            "p95 ms",
+            "searches/s (median of rounds)",
+            "client CPU ms per search",
+        ],
     )
     return (
         f"### Async vs sync connector — {result['dataset']}\n\n{header(result)}\n\n{table}\n\n"
