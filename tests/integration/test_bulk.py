@@ -454,11 +454,11 @@ def test_bulk_load_groups_several_upserts_into_one_load(
     monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
     present = _SEARCH_INDEXES_VALID
     seen: list[int] = []
-    with store.bulk_load(expected_chunks=120) as deferred:
-        assert deferred
+    with store.bulk_load(expected_chunks=120) as load:
         for start in range(0, 60, 15):  # 15 records ~ 45 chunks: under the threshold alone
             store.upsert([_doc(i) for i in range(start, start + 15)], batch_size=15)
             seen.append(_one(context_search_dsn, context_search_schema, present))
+            assert load.deferred  # decided on the first window
             hits = store.search(SearchQuery(query=f"Bulk record {start}", allowed_scopes=["team"]))
             assert hits.hits[0].doc_id == f"b{start:05d}"  # searches stay right meanwhile
     assert seen == [0, 0, 0, 0]  # no window rebuilt the indexes on its own
@@ -475,9 +475,9 @@ def test_a_small_bulk_load_keeps_the_indexes_and_a_failed_one_rebuilds_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store.upsert([_doc(i) for i in range(5)])
-    with store.bulk_load(expected_chunks=10) as deferred:
-        assert not deferred
+    with store.bulk_load(expected_chunks=10) as load:
         store.upsert([_doc(i) for i in range(5, 10)])
+        assert load.decided and not load.deferred
         assert _vector_index_valid(context_search_dsn, context_search_schema)
     monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 10)
     during: list[bool] = []
@@ -491,5 +491,33 @@ def test_a_small_bulk_load_keeps_the_indexes_and_a_failed_one_rebuilds_them(
     with pytest.raises(RuntimeError, match="stream broke"):
         broken_stream()
     assert during == [False]
+    assert _vector_index_valid(context_search_dsn, context_search_schema)
+    _consistent(store)
+
+
+def test_rerunning_an_unchanged_load_rebuilds_nothing(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The same corpus streamed again (an idempotent re-run of `ingest`): nothing changes, so
+    # nothing may drop the search indexes, however large the load is.
+    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
+    records = [_doc(i) for i in range(40)]
+    store.upsert(records)
+    with store.bulk_load(expected_chunks=10_000) as load:
+        for start in range(0, 40, 10):
+            report = store.upsert(records[start : start + 10])
+            assert {o for _, o in report.outcomes} == {RecordOutcome.UNCHANGED}
+            assert _vector_index_valid(context_search_dsn, context_search_schema)
+        assert load.decided and not load.deferred
+    # Half the first window changed: the load is scaled to half and still defers.
+    changed = [_doc(i, source_revision="r2") if i % 2 else _doc(i) for i in range(40)]
+    with store.bulk_load(expected_chunks=10_000) as load:
+        store.upsert(changed[:10])
+        assert load.deferred
+        assert not _vector_index_valid(context_search_dsn, context_search_schema)
+        store.upsert(changed[10:])
     assert _vector_index_valid(context_search_dsn, context_search_schema)
     _consistent(store)

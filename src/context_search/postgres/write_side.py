@@ -29,7 +29,7 @@ from context_search.postgres.ingest import IndexSettings, ProgressCallback
 from context_search.postgres.jobs import JobProgress, JobWorker
 from context_search.postgres.replicas import CommitTokens
 from context_search.postgres.statistics import refresh_statistics
-from context_search.postgres.writes import Writes
+from context_search.postgres.writes import BulkLoad, Writes
 
 __all__ = ["WriteSide"]
 
@@ -103,16 +103,18 @@ class WriteSide:
         return dataclasses.replace(report, commit_token=self._tokens.after_write())
 
     @contextmanager
-    def bulk_load(self, expected_chunks: int) -> Iterator[bool]:
+    def bulk_load(self, expected_chunks: int) -> Iterator[BulkLoad]:
         """Group the ``upsert`` calls made inside into one large load of about
         ``expected_chunks`` chunks: what a single large ``upsert`` decides for itself
         (build the search indexes once after the load instead of row by row) is decided
         once for all of them. For a corpus too large to pass in one call; each call keeps
-        its own guarantees (atomic batches, commit tokens). Yields whether index builds
-        were deferred. ``context-search ingest`` streams its input through this."""
+        its own guarantees (atomic batches, commit tokens). The decision is taken on the
+        first window, from the share of its records that really change, so re-running an
+        unchanged corpus rebuilds nothing; the yielded load's ``deferred`` says what was
+        decided. ``context-search ingest`` streams its input through this."""
         self._writable("bulk_load")
-        with self._writes.bulk_load(expected_chunks) as deferred:
-            yield deferred
+        with self._writes.bulk_load(expected_chunks) as load:
+            yield load
 
     def delete_or_supersede(
         self, doc_id: str, superseded_by: str | None = None, *, connection: Connection | None = None

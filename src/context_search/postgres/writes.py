@@ -50,9 +50,9 @@ from context_search.postgres.ingest import (
     PreparedRecord,
     ProgressCallback,
     prepare,
-    record_hash,
     write_batch,
 )
+from context_search.postgres.loads import FRESH, BulkLoad, incoming_chunks
 from context_search.validation import (
     validate_doc_id,
     validate_gap,
@@ -61,16 +61,10 @@ from context_search.validation import (
     validate_supersede,
 )
 
-__all__ = ["Writes"]
+__all__ = ["BulkLoad", "Writes"]
+
 
 #: Documents whose index entries are current under a configuration revision.
-_FRESH = text(
-    "SELECT doc_id, record_hash FROM documents WHERE doc_id = ANY(:ids) "
-    "AND indexed_content_id IS NOT DISTINCT FROM content_id "
-    "AND indexed_config_revision = :revision"
-).bindparams(bindparam("ids", type_=ARRAY(Text)))
-
-
 class Writes:
     """Writes to one index schema under its active configuration."""
 
@@ -81,8 +75,8 @@ class Writes:
         #: The model runs in one thread at a time (the next batch is embedded in a second
         #: thread while a transaction may embed a record a concurrent writer changed).
         self._embed_lock = threading.Lock()
-        #: Open ``bulk_load`` contexts: upserts inside them leave index builds to the load.
-        self._loads = 0
+        #: The open ``bulk_load``: upserts inside it leave index builds to the load.
+        self._load: BulkLoad | None = None
         self._loads_lock = threading.Lock()
 
     def upsert(
@@ -106,36 +100,64 @@ class Writes:
         ``context-search reindex``) — evidence reports such documents ``pending``.
         """
         valid = validate_records(records)
-        loading = self._loads > 0
-        defer, initial = (False, False) if defer_indexing or loading else self._large_load(valid)
+        load = self._load
+        if load is not None and not defer_indexing:
+            self._decide_load(load, valid)
+            return self._upsert(valid, defer_indexing, batch_size, progress)
+        defer, initial = (False, False) if defer_indexing else self._large_load(valid)
         with bulk.defer_index_builds(
             self._engine, enabled=defer, dimension=self._settings.dimension, initial=initial
         ):
             return self._upsert(valid, defer_indexing, batch_size, progress)
 
     @contextmanager
-    def bulk_load(self, expected_chunks: int) -> Iterator[bool]:
+    def bulk_load(self, expected_chunks: int) -> Iterator[BulkLoad]:
         """Several ``upsert`` calls as one load of about ``expected_chunks`` chunks (a corpus
         streamed in windows, so memory stays bounded): the decision to build the search
         indexes after the load instead of row by row is taken once for the whole load, as
         ``upsert`` takes it for one large call, and the indexes are built once at its end
-        (also when it fails). Yields whether the builds were deferred."""
-        with translate_errors("upsert"), self._engine.connect() as conn:
-            total = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
-        defer = bulk.should_defer(expected_chunks, total)
-        with bulk.defer_index_builds(
-            self._engine,
-            enabled=defer,
-            dimension=self._settings.dimension,
-            initial=total < bulk.DEFER_MIN_CHUNKS,
-        ):
+        (also when it fails).
+
+        The decision waits for the first window: the share of its records that really
+        change (stored hash differs) scales ``expected_chunks``, so re-running an unchanged
+        corpus never drops and rebuilds the indexes. Yields the load (``deferred`` tells
+        what was decided)."""
+        with self._loads_lock:
+            if self._load is not None:  # nested: the outer load decides
+                outer = self._load
+            else:
+                outer = None
+                self._load = BulkLoad(expected_chunks)
+            load = self._load
+        if outer is not None:
+            yield outer
+            return
+        try:
+            with load.builds:
+                yield load
+        finally:
             with self._loads_lock:
-                self._loads += 1
-            try:
-                yield defer
-            finally:
-                with self._loads_lock:
-                    self._loads -= 1
+                self._load = None
+
+    def _decide_load(self, load: BulkLoad, records: Sequence[ContextDocumentRecord]) -> None:
+        """On a load's first window: defer the index builds for the rest of the load when
+        the changed share of the window, scaled to the whole load, is large enough."""
+        with self._loads_lock:
+            if load.decided:
+                return
+            load.decided = True
+            incoming, window, total = incoming_chunks(self._engine, self._settings, records)
+            expected = load.expected_chunks * incoming / max(window, 1)
+            load.deferred = bulk.should_defer(int(expected), total)
+            if load.deferred:
+                load.builds.enter_context(
+                    bulk.defer_index_builds(
+                        self._engine,
+                        enabled=True,
+                        dimension=self._settings.dimension,
+                        initial=total < bulk.DEFER_MIN_CHUNKS,
+                    )
+                )
 
     def _stage(
         self, records: Sequence[ContextDocumentRecord], start: int, defer_indexing: bool
@@ -213,26 +235,9 @@ class Writes:
         building the vector index afterwards beats maintaining it row by row (chunk counts
         estimated from body sizes; records whose stored hash matches do not count), and
         whether the index is empty (then the lexical search indexes are built after too)."""
-        sizes = {r.document_id: self._settings.estimate_chunks(r) for r in records}
-        if sum(sizes.values()) < bulk.DEFER_MIN_CHUNKS:
+        if sum(self._settings.estimate_chunks(r) for r in records) < bulk.DEFER_MIN_CHUNKS:
             return False, False
-        fresh: set[str] = set()
-        ids = list(sizes)
-        with translate_errors("upsert"), self._engine.connect() as conn:
-            for start in range(0, len(ids), 10_000):
-                fresh.update(
-                    f"{row.doc_id}\0{row.record_hash}"
-                    for row in conn.execute(
-                        _FRESH,
-                        {"ids": ids[start : start + 10_000], "revision": self._settings.revision},
-                    )
-                )
-            total = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
-        incoming = sum(
-            sizes[r.document_id]
-            for r in records
-            if f"{r.document_id}\0{record_hash(r)}" not in fresh
-        )
+        incoming, _, total = incoming_chunks(self._engine, self._settings, records)
         return bulk.should_defer(incoming, total), total < bulk.DEFER_MIN_CHUNKS
 
     def _embed_ahead(self, batch: Sequence[PreparedRecord]) -> Embedder:
@@ -244,7 +249,7 @@ class Writes:
         with translate_errors("upsert"), self._engine.connect() as conn:
             seen = {
                 row.doc_id: row.record_hash
-                for row in conn.execute(_FRESH, {"ids": ids, "revision": self._settings.revision})
+                for row in conn.execute(FRESH, {"ids": ids, "revision": self._settings.revision})
             }
         texts = [
             t for p in batch if seen.get(p.record.document_id) != p.hash for t in p.index_texts
