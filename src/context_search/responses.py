@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from context_search.contract import (
+    ContextDocument,
     DocumentEvidence,
     EvidenceHit,
     Freshness,
@@ -49,6 +50,7 @@ __all__ = [
     "cut_to_hits",
     "document_evidence",
     "freshness",
+    "hit_from_document",
     "make_hit",
 ]
 
@@ -210,6 +212,36 @@ def make_hit(
         score=candidate.parts.fused,
         score_parts=candidate.parts,
         metadata=dict(metadata),
+        chunk_ordinal=chunk_ordinal,
+        start_byte=start_byte,
+        end_byte=end_byte,
+        content_id=content_id,
+    )
+
+
+def hit_from_document(
+    candidate: Candidate,
+    doc: ContextDocument,
+    *,
+    snippet: str,
+    chunk_ordinal: int,
+    start_byte: int,
+    end_byte: int,
+    content_id: str,
+) -> EvidenceHit:
+    """A hit for connectors that keep whole records (memory, SQLite): the document's fields
+    as the caller may see them (``ContextDocument.project_record``), the cited chunk's span."""
+    return make_hit(
+        candidate,
+        source_system=doc.source_system,
+        source_uri=doc.source_uri,
+        object_type=doc.object_type,
+        title=doc.title,
+        snippet=snippet,
+        permission_scope=doc.permission_scope,
+        lifecycle=doc.lifecycle,
+        updated_at=doc.updated_at,
+        metadata=doc.metadata,
         chunk_ordinal=chunk_ordinal,
         start_byte=start_byte,
         end_byte=end_byte,

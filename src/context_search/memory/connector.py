@@ -44,7 +44,7 @@ from context_search.responses import (
     IndexState,
     assemble_explanation,
     assemble_response,
-    make_hit,
+    hit_from_document,
 )
 from context_search.text import Chunk, tokenize
 from context_search.text.indexing import searchable_chunks
@@ -470,17 +470,10 @@ class InMemorySearchConnector:
         stored = self._docs[c.doc_id]
         doc = ContextDocument.project_record(stored.record, lifecycle=stored.lifecycle)
         chunk = stored.chunks[c.chunk_ordinal or 0]
-        return make_hit(
+        return hit_from_document(
             c,
-            source_system=doc.source_system,
-            source_uri=doc.source_uri,
-            object_type=doc.object_type,
-            title=doc.title,
+            doc,
             snippet=chunk.text,
-            permission_scope=doc.permission_scope,
-            lifecycle=doc.lifecycle,
-            updated_at=doc.updated_at,
-            metadata=doc.metadata,
             chunk_ordinal=chunk.ordinal,
             start_byte=chunk.start_byte,
             end_byte=chunk.end_byte,

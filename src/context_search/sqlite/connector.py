@@ -51,7 +51,7 @@ from context_search.responses import (
     Ranking,
     assemble_explanation,
     assemble_response,
-    make_hit,
+    hit_from_document,
 )
 from context_search.sqlite import writes
 from context_search.sqlite.codec import (
@@ -416,17 +416,10 @@ def _hit(c: Candidate, stored: StoredHit) -> EvidenceHit:
     doc = ContextDocument.project_record(
         record_from_json(stored.record_json), lifecycle=stored.lifecycle
     )
-    return make_hit(
+    return hit_from_document(
         c,
-        source_system=doc.source_system,
-        source_uri=doc.source_uri,
-        object_type=doc.object_type,
-        title=doc.title,
+        doc,
         snippet=stored.snippet,
-        permission_scope=doc.permission_scope,
-        lifecycle=doc.lifecycle,
-        updated_at=doc.updated_at,
-        metadata=doc.metadata,
         chunk_ordinal=stored.ordinal,
         start_byte=stored.start_byte,
         end_byte=stored.end_byte,
