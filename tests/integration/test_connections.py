@@ -223,3 +223,17 @@ def test_bad_connection_settings_are_refused(settings: dict[str, float]) -> None
 def test_bad_per_call_timeout_is_refused(store: PostgresSearchConnector) -> None:
     with pytest.raises(InvalidQueryError):
         store.search(QUERY, timeout_s=-1)
+
+
+def test_a_pooled_connection_logs_each_server_notice_once(
+    store: PostgresSearchConnector, caplog: pytest.LogCaptureFixture
+) -> None:
+    # SQLAlchemy "connects" (and adds its notice logger) on every checkout of a pooled
+    # connection; lent out many times, the same connection must still log a notice once.
+    for _ in range(6):
+        store.search(QUERY)
+    with caplog.at_level("INFO", logger="sqlalchemy.dialects.postgresql"):
+        with store.engine.connect() as conn:
+            conn.exec_driver_sql("DO $$ BEGIN RAISE NOTICE 'cs-notice-probe'; END $$")
+    probes = [r for r in caplog.records if "cs-notice-probe" in r.getMessage()]
+    assert len(probes) == 1

@@ -125,7 +125,24 @@ def ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-class _PoolReturningConnection(psycopg.Connection[Any]):
+class NoticeHandlersOnce:
+    """Registers each notice handler once per connection.
+
+    SQLAlchemy's psycopg dialect adds its notice-logging handler whenever it "connects", and
+    with the pool's ``getconn`` as creator that is every checkout of the same pooled
+    connection: without this, each search appended one more handler (a connection lent out a
+    million times carried a million, and one notice was logged that many times).
+    """
+
+    def add_notice_handler(self, callback: Any) -> None:
+        added: list[Any] = self.__dict__.setdefault("_context_search_notice_handlers", [])
+        if callback in added:
+            return
+        added.append(callback)
+        super().add_notice_handler(callback)  # type: ignore[misc]
+
+
+class _PoolReturningConnection(NoticeHandlersOnce, psycopg.Connection[Any]):
     """Hands a connection back to its pool on ``close()`` even when the server broke it.
 
     With ``close_returns=True`` psycopg's ``close()`` returns early for a connection that is

@@ -39,7 +39,12 @@ from sqlalchemy.util import await_
 from sqlalchemy.util.concurrency import in_greenlet
 
 from context_search.embedding import Embedder, Vector
-from context_search.postgres.engine import ConnectionSettings, load_json, pool_arguments
+from context_search.postgres.engine import (
+    ConnectionSettings,
+    NoticeHandlersOnce,
+    load_json,
+    pool_arguments,
+)
 from context_search.postgres.server import sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA
 
@@ -163,7 +168,7 @@ class AsyncDialect(PGDialectAsync_psycopg):
 registry.register(f"postgresql.{_DRIVER}", __name__, "AsyncDialect")
 
 
-class _AsyncPoolReturningConnection(psycopg.AsyncConnection[Any]):
+class _AsyncPoolReturningConnection(NoticeHandlersOnce, psycopg.AsyncConnection[Any]):
     """``engine._PoolReturningConnection`` for the asyncio pool: a connection the server
     broke still goes back through ``putconn``, so the pool counts the loss and replaces it."""
 
