@@ -23,6 +23,7 @@ from context_search.errors import BackendUnavailableError
 from context_search.postgres.server import (
     ENV_VAR,
     ServerHandle,
+    embedded_settings,
     redact,
     resolve_server,
     sqlalchemy_url,
@@ -96,6 +97,28 @@ def test_embedded_server_is_postgres_18_with_pgvector(embedded: ServerHandle) ->
         row = conn.execute("select '[1,2,3]'::vector <-> '[1,2,5]'::vector").fetchone()
         assert row is not None
         assert row[0] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("memory_mb", "shared", "cache"),
+    [(24 * 1024, "6144MB", "12288MB"), (256, "128MB", "128MB"), (128 * 1024, "8192MB", "65536MB")],
+)
+def test_embedded_settings_follow_the_machine(memory_mb: int, shared: str, cache: str) -> None:
+    settings = embedded_settings(memory_mb * 1024 * 1024)
+    assert settings == {"shared_buffers": shared, "effective_cache_size": cache}
+
+
+def test_a_new_embedded_server_runs_with_its_machine_settings(embedded: ServerHandle) -> None:
+    expected = embedded_settings(psutil.virtual_memory().total)
+    with psycopg.connect(embedded.dsn) as conn:
+        for name, value in expected.items():
+            row = conn.execute(
+                "select setting::bigint * pg_size_bytes(coalesce(unit, '1')) / 1048576"
+                " from pg_settings where name = %s",
+                (name,),
+            ).fetchone()
+            assert row is not None
+            assert f"{row[0]}MB" == value
 
 
 def test_second_process_finds_the_running_server(embedded: ServerHandle) -> None:

