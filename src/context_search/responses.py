@@ -139,7 +139,11 @@ def cut_to_hits(
         keep = passes and (top_k is None or len(kept) < top_k)
         if keep:
             kept.append(i)
-        entries.append(replace(entry, final_rank=len(kept) if keep else None))
+        if keep:
+            entry = replace(entry, final_rank=len(kept))
+        elif entry.final_rank is not None:  # candidates arrive unranked: usually no copy
+            entry = replace(entry, final_rank=None)
+        entries.append(entry)
     return Cut(entries=tuple(entries), kept=tuple(kept), below_min_score=below)
 
 

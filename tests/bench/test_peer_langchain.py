@@ -125,3 +125,40 @@ def test_dense_only_mode_and_drop_cleans_up(context_search_dsn: str) -> None:
         assert conn.execute(
             "SELECT count(*) FROM pg_indexes WHERE tablename = %s", (table,)
         ).fetchone() == (0,)
+
+
+def test_bulk_add_stores_what_add_embeddings_stores(context_search_dsn: str) -> None:
+    tables = [f"peer_test_{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    peers = [
+        LangchainPeer(context_search_dsn, table=t, dimension=EMBEDDER.dimension) for t in tables
+    ]
+    vectors = EMBEDDER.embed_documents(TEXTS)
+    try:
+        for p in peers:
+            p.setup(vector_index=False)
+        peers[0].add(IDS, TEXTS, vectors)
+        peers[1].bulk_add(IDS, TEXTS, vectors)
+        peers[0].create_vector_index()
+        peers[1].create_vector_index(build=(128, 1))
+        with psycopg.connect(context_search_dsn) as conn:
+            indexdefs = [
+                conn.execute(
+                    "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"{t}_hnsw_idx",)
+                ).fetchone()
+                for t in tables
+            ]
+            rows = [
+                conn.execute(
+                    f"SELECT langchain_id, content, embedding::text, content_tsv::text,"
+                    f" langchain_metadata::text FROM {t} ORDER BY langchain_id"
+                ).fetchall()
+                for t in tables
+            ]
+        assert len(rows[0]) == len(TEXTS) and rows[0] == rows[1]
+        assert indexdefs[0] is not None and indexdefs[1] is not None
+        assert indexdefs[0][0].replace(tables[0], tables[1]) == indexdefs[1][0]
+        for q in ("zephyrine cluster", "restart", "expense report"):
+            assert _search(peers[0], q) == _search(peers[1], q)
+    finally:
+        for p in peers:
+            p.drop()

@@ -125,7 +125,7 @@ class SearchStatements:
             "min_sim": vq.min_similarity,
             "detail_limit": detail_limit if detail_limit is not None else vq.top_k,
         }
-        return list(session.conn.execute(sql, bind))
+        return list(session.conn.execute(sql, bind).all())
 
     def fetch_plan(
         self,
