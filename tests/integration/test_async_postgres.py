@@ -16,7 +16,7 @@ import pytest
 from context_search import Embedder, SearchConnector
 from context_search.conformance import ConnectorFactory
 from context_search.contract import ContextDocumentRecord, SearchQuery
-from context_search.errors import InvalidConfigError, OperationCancelledError
+from context_search.errors import OperationCancelledError
 from context_search.postgres import AsyncPostgresSearchConnector
 from context_search.testing import ConformanceSuite, temporary_schema
 from context_search.testing.aio import open_blocking
@@ -211,17 +211,3 @@ def test_searches_interleave_on_one_loop_each_answered_for_itself(
 
     top = _run(context_search_dsn, context_search_schema, context_search_embedder, test)
     assert top == [f"doc-{i}" for i in range(40)]
-
-
-def test_replicas_are_refused_rather_than_stalling_the_loop(
-    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
-) -> None:
-    with pytest.raises(InvalidConfigError):
-        asyncio.run(
-            AsyncPostgresSearchConnector.open(
-                context_search_dsn,
-                schema=context_search_schema,
-                embedder=context_search_embedder,
-                read_dsns=[context_search_dsn],
-            )
-        )

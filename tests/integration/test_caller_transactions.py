@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from context_search import Embedder
 from context_search.contract import ContextDocumentRecord, SearchQuery
-from context_search.errors import InvalidConfigError
+from context_search.errors import ContextSearchError, InvalidConfigError, InvalidQueryError
 from context_search.postgres import (
     AsyncPostgresSearchConnector,
     PostgresSearchConnector,
@@ -149,3 +149,79 @@ def test_an_engine_addressing_another_schema_is_refused(
         assert raised.value.details["field"] == "engine"
     finally:
         close_store_engine(engine)
+
+
+def test_sync_reads_on_the_callers_connection_see_its_writes_and_leave_it_as_it_was(
+    context_search_connector: PostgresSearchConnector, context_search_embedder: Embedder
+) -> None:
+    connector = context_search_connector
+    engine = connector.engine
+    query = SearchQuery(query="blue widget invoice", allowed_scopes=["s"])
+    with engine.begin() as setup:
+        setup.execute(text(_ORDERS))
+    connector.upsert(
+        [ContextDocumentRecord(document_id="x", body="blue widget invoice", permission_scope="x")]
+    )
+    with engine.connect() as conn:
+        role = conn.execute(text("SELECT current_user")).scalar()
+        conn.execute(text("INSERT INTO orders VALUES ('o2')"))
+        connector.upsert([_record("o2-doc")], connection=conn)
+        # The read sees the transaction's own uncommitted entries; others do not.
+        resp = connector.search(query, connection=conn)
+        assert [h.doc_id for h in resp.hits] == ["o2-doc"]  # scope "x" stays out
+        assert resp.evidence.served_by is None
+        assert not _found(connector, "o2-doc")
+        doc = connector.get_document("o2-doc", ["s"], connection=conn)
+        assert doc is not None and doc.doc_id == "o2-doc"
+        assert connector.get_document("x", ["s"], connection=conn) is None
+        exp = connector.explain("o2-doc", query, connection=conn)
+        assert exp.final_rank == 1 and exp.served_by is None
+        # Role, scopes and limits ended with each read: the caller writes on as itself.
+        assert conn.execute(text("SELECT current_user")).scalar() == role
+        assert conn.execute(
+            text("SELECT current_setting('context_search.allowed_scopes', true)")
+        ).scalar() in (None, "")
+        conn.execute(text("INSERT INTO orders VALUES ('o3')"))
+        # A read the server fails (a planner setting it refuses) leaves the caller's
+        # transaction usable: the savepoint went, the transaction stayed.
+        with PostgresSearchConnector.open(
+            engine=engine,
+            schema=connector.schema,
+            embedder=context_search_embedder,
+            planner_settings={"work_mem": "not a size"},
+        ) as refused:
+            with pytest.raises(ContextSearchError):
+                refused.search(query, connection=conn)
+        assert _orders(conn) == {"o2", "o3"}
+        with pytest.raises(InvalidQueryError):
+            connector.search(query, connection=conn, consistent_with="0/0")
+        conn.commit()
+    assert _found(connector, "o2-doc")
+
+
+def test_async_search_on_the_callers_connection_sees_its_writes(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    query = SearchQuery(query="blue widget invoice", allowed_scopes=["s"])
+
+    async def main() -> None:
+        engine = await create_async_store_engine(context_search_dsn, schema=context_search_schema)
+        try:
+            async with await AsyncPostgresSearchConnector.open(
+                engine=engine, schema=context_search_schema, embedder=context_search_embedder
+            ) as connector:
+                async with engine.connect() as conn:
+                    await connector.upsert([_record("a1")], connection=conn)
+                    mine = await connector.search(query, connection=conn)
+                    assert [h.doc_id for h in mine.hits] == ["a1"]
+                    assert not (await connector.search(query)).hits
+                    doc = await connector.get_document("a1", ["s"], connection=conn)
+                    assert doc is not None
+                    exp = await connector.explain("a1", query, connection=conn)
+                    assert exp.final_rank == 1
+                    await conn.rollback()
+                assert not (await connector.search(query)).hits
+        finally:
+            await close_async_store_engine(engine)
+
+    asyncio.run(main())

@@ -128,6 +128,18 @@ def test_search_past_its_time_limit_is_cancelled_not_empty(
     assert [h.doc_id for h in store.search(QUERY).hits]
 
 
+def test_a_sub_millisecond_time_limit_is_a_limit(
+    store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
+) -> None:
+    with _chunks_locked(context_search_dsn, context_search_schema):
+        thread, out = _in_thread(lambda: store.search(QUERY, timeout_s=0.0004))
+        thread.join(10.0)
+        # Rounded to 0 ms, the limit used to mean "none": the search waited on the lock.
+        assert not thread.is_alive()
+    assert isinstance(out[0], OperationCancelledError)
+    assert out[0].details["reason"] == "timeout"
+
+
 def test_cancel_from_another_thread_stops_the_running_search(
     store: PostgresSearchConnector, context_search_dsn: str, context_search_schema: str
 ) -> None:

@@ -8,6 +8,7 @@ so "never served stale past a token" is shown on a replica that really is stale.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from context_search import (
     SearchQuery,
 )
 from context_search.conformance import ConnectorFactory
-from context_search.postgres import PostgresSearchConnector
+from context_search.postgres import AsyncPostgresSearchConnector, PostgresSearchConnector
 from context_search.postgres.replicas import server_name
 from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.standby import temporary_replica
@@ -89,6 +90,8 @@ def test_reads_go_to_the_replica_and_say_so(
         consistent_with=report.commit_token,
     )
     assert exp.final_rank == 1
+    assert exp.served_by is not None and exp.served_by.role == "replica"
+    assert exp.served_by.server == server_name(context_search_replica_dsn)
 
 
 def test_a_token_not_replayed_is_waited_for_then_primary_or_index_stale(
@@ -112,6 +115,9 @@ def test_a_token_not_replayed_is_waited_for_then_primary_or_index_stale(
         assert caught.value.details["waited_seconds"] >= 0.4
         fresh = split.search(query, consistent_with=token)
         assert fresh.evidence.served_by is not None and fresh.evidence.served_by.role == "primary"
+        # An explanation that needs the token is read where it is replayed, and says where.
+        exp = split.explain("new", query, consistent_with=token)
+        assert exp.matched and exp.served_by is not None and exp.served_by.role == "primary"
         assert {h.doc_id for h in fresh.hits} == {"old", "new"}
     caught_up = split.search(query, consistent_with=token)
     assert caught_up.evidence.served_by is not None
@@ -305,3 +311,46 @@ class TestConformanceOnReplica(ConformanceSuite):
                 yield connector
 
         return make
+
+
+def test_async_reads_use_the_replica_and_wait_for_a_token_without_stalling_the_loop(
+    context_search_dsn: str, context_search_replica_dsn: str, context_search_schema: str
+) -> None:
+    query = SearchQuery(query="aurora", allowed_scopes=["team"])
+
+    async def main() -> None:
+        async with await AsyncPostgresSearchConnector.open(
+            context_search_dsn,
+            schema=context_search_schema,
+            embedder=HashingEmbedder(),
+            read_dsns=[context_search_replica_dsn],
+            replicas=ReplicaSettings(consistency_wait_s=1.0),
+        ) as store:
+            first = (await store.upsert([_doc("one")])).commit_token
+            resp = await store.search(query, consistent_with=first)
+            assert resp.evidence.served_by is not None
+            assert resp.evidence.served_by.role == "replica"
+            assert resp.evidence.served_by.server == server_name(context_search_replica_dsn)
+            assert [h.doc_id for h in resp.hits] == ["one"]
+            with paused(context_search_replica_dsn):
+                token = (await store.upsert([_doc("two")])).commit_token
+                ticks = 0
+
+                async def ticker() -> None:
+                    nonlocal ticks
+                    while True:
+                        await asyncio.sleep(0.02)
+                        ticks += 1
+
+                beat = asyncio.create_task(ticker())
+                with pytest.raises(IndexStaleError):
+                    await store.search(query, consistent_with=token, on_stale="raise")
+                beat.cancel()
+                # ~1 s of waiting for the replica: the loop kept running other tasks.
+                assert ticks >= 20
+                fresh = await store.search(query, consistent_with=token)
+                assert fresh.evidence.served_by is not None
+                assert fresh.evidence.served_by.role == "primary"
+                assert {h.doc_id for h in fresh.hits} == {"one", "two"}
+
+    asyncio.run(main())

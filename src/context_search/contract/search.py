@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from context_search.contract.evidence import SearchEvidence
+from context_search.contract.evidence import SearchEvidence, ServedBy
 from context_search.contract.records import Lifecycle
 
 __all__ = [
@@ -211,6 +211,10 @@ class RankExplanation:
     filter_verdicts: tuple[tuple[str, bool], ...] = ()
     #: The fusion computed for this document, e.g. ``1/(60+2) + 1/(60+5) = 0.03151``.
     fusion_arithmetic: str = ""
+    #: The server that answered (role, name, replay lag), as in ``SearchEvidence``:
+    #: an explanation read from a replica says so. ``None`` where the connector has no
+    #: servers to tell apart (memory, SQLite).
+    served_by: ServedBy | None = None
 
 
 def fusion_arithmetic(

@@ -34,14 +34,13 @@ from context_search.errors import InvalidConfigError
 from context_search.fusion import FusionSettings
 from context_search.postgres.engine import ConnectionSettings, close_store_engine
 from context_search.postgres.ingest import IndexSettings
-from context_search.postgres.opening import open_primary, open_replicas
+from context_search.postgres.opening import engine_server_name, open_primary, open_replicas
 from context_search.postgres.query_vectors import QueryVectors
 from context_search.postgres.read_side import ReadSide
 from context_search.postgres.replicas import (
     CommitTokens,
     Replica,
     RoutedReadSessions,
-    server_name,
 )
 from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.search import (
@@ -82,6 +81,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         replicas: Sequence[tuple[str, Engine]] = (),
         replica_settings: ReplicaSettings | None = None,
         read_your_writes: bool = False,
+        owns_replicas: bool = True,
     ) -> None:
         self._engine = engine
         self._read_only = read_only
@@ -101,11 +101,10 @@ class PostgresSearchConnector(ReadSide, WriteSide):
                 planner=planner_settings,
             )
 
+        self._owned_replicas = tuple(e for _, e in replicas if owns_replicas)
         self._sessions = RoutedReadSessions(
             sessions(engine),
-            primary_name=server_name(
-                engine.url.set(drivername="postgresql").render_as_string(hide_password=True)
-            ),
+            primary_name=engine_server_name(engine),
             replicas=[Replica(name, e, sessions(e)) for name, e in replicas],
             settings=replica_settings,
         )
@@ -148,6 +147,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         read_dsns: Sequence[str] = (),
         replicas: ReplicaSettings | None = None,
         read_your_writes: bool = False,
+        replica_engines: Sequence[Engine] = (),
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
@@ -195,7 +195,9 @@ class PostgresSearchConnector(ReadSide, WriteSide):
 
         ``engine``: open on the service's own engine (its connections' ``search_path``
         starting at ``schema``, e.g. from ``create_store_engine``) instead of a DSN; the
-        caller keeps owning it, ``close()`` leaves it open.
+        caller keeps owning it, ``close()`` leaves it open. ``replica_engines`` does the
+        same for replicas (``create_store_engine(dsn, schema=..., read_only=True)``), in
+        place of ``read_dsns``.
 
         Malformed ``pool_size`` or ``planner_settings`` raise ``INVALID_CONFIG`` before any
         connection is made.
@@ -223,9 +225,17 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             chunk_overlap=chunk_overlap,
             text_search_config=text_search_config,
         )
+        if read_dsns and replica_engines:
+            raise InvalidConfigError(
+                "give read_dsns or replica_engines, not both", details={"field": "read_dsns"}
+            )
         try:
-            read_engines = open_replicas(
-                read_dsns, schema=schema, connection=connection, settings=replica_settings
+            read_engines = (
+                [(engine_server_name(e), e) for e in replica_engines]
+                if replica_engines
+                else open_replicas(
+                    read_dsns, schema=schema, connection=connection, settings=replica_settings
+                )
             )
         except BaseException:
             if given is None:
@@ -250,6 +260,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             replicas=read_engines,
             replica_settings=replica_settings,
             read_your_writes=read_your_writes,
+            owns_replicas=not replica_engines,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -261,8 +272,9 @@ class PostgresSearchConnector(ReadSide, WriteSide):
     def close(self) -> None:
         if self._owns_engine:
             close_store_engine(self._engine)
-            for replica in self._sessions.replicas:
-                close_store_engine(replica.engine)
+        # Engines made from read_dsns are this connector's, whoever owns the primary's.
+        for replica in self._owned_replicas:
+            close_store_engine(replica)
 
     @property
     def engine(self) -> Engine:

@@ -97,6 +97,37 @@ def check_search_path(engine: Engine, schema: str) -> None:
         )
 
 
+def replica_targets(
+    read_dsns: Sequence[str], connection: ConnectionSettings, settings: ReplicaSettings
+) -> tuple[list[tuple[str, str]], ConnectionSettings]:
+    """``(name, dsn)`` per replica, named ``host:port`` (``INVALID_CONFIG`` for a DSN that
+    does not parse or a server given twice), and the connection settings of their pools
+    (the replica wait bounds cap the pool and connect timeouts)."""
+    if isinstance(read_dsns, str):
+        raise InvalidConfigError("read_dsns must be a list of DSNs", details={"field": "read_dsns"})
+    targets: list[tuple[str, str]] = []
+    for dsn in read_dsns:
+        try:
+            sqlalchemy_url(dsn)
+            name = server_name(dsn)
+        except (ValueError, TypeError, psycopg.Error) as exc:
+            raise InvalidConfigError(
+                "read_dsns holds a string that is not a PostgreSQL DSN",
+                details={"field": "read_dsns"},
+            ) from exc
+        if name in (n for n, _ in targets):
+            raise InvalidConfigError(
+                f"read_dsns names the server {name} twice", details={"field": "read_dsns"}
+            )
+        targets.append((name, dsn))
+    replica_connection = dataclasses.replace(
+        connection,
+        pool_timeout_s=min(connection.pool_timeout_s, settings.pool_timeout_s),
+        connect_timeout_s=min(connection.connect_timeout_s, settings.connect_timeout_s),
+    )
+    return targets, replica_connection
+
+
 def open_replicas(
     read_dsns: Sequence[str],
     *,
@@ -104,30 +135,12 @@ def open_replicas(
     connection: ConnectionSettings,
     settings: ReplicaSettings,
 ) -> list[tuple[str, Engine]]:
-    """A read-only engine per replica DSN, named ``host:port`` (``INVALID_CONFIG`` for a DSN
-    that does not parse or a name given twice); nothing is connected yet."""
-    if isinstance(read_dsns, str):
-        raise InvalidConfigError("read_dsns must be a list of DSNs", details={"field": "read_dsns"})
-    replica_connection = dataclasses.replace(
-        connection,
-        pool_timeout_s=min(connection.pool_timeout_s, settings.pool_timeout_s),
-        connect_timeout_s=min(connection.connect_timeout_s, settings.connect_timeout_s),
-    )
+    """A read-only engine per replica DSN (see :func:`replica_targets`); nothing is
+    connected yet."""
+    targets, replica_connection = replica_targets(read_dsns, connection, settings)
     engines: list[tuple[str, Engine]] = []
     try:
-        for dsn in read_dsns:
-            try:
-                sqlalchemy_url(dsn)
-                name = server_name(dsn)
-            except (ValueError, TypeError, psycopg.Error) as exc:
-                raise InvalidConfigError(
-                    "read_dsns holds a string that is not a PostgreSQL DSN",
-                    details={"field": "read_dsns"},
-                ) from exc
-            if name in (n for n, _ in engines):
-                raise InvalidConfigError(
-                    f"read_dsns names the server {name} twice", details={"field": "read_dsns"}
-                )
+        for name, dsn in targets:
             engine = create_store_engine(
                 dsn, schema=schema, connection=replica_connection, read_only=True
             )
@@ -137,3 +150,8 @@ def open_replicas(
             close_store_engine(engine)
         raise
     return engines
+
+
+def engine_server_name(engine: Engine) -> str:
+    """The ``host:port`` name of the server an engine connects to (never credentials)."""
+    return server_name(engine.url.set(drivername="postgresql").render_as_string(hide_password=True))

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import bindparam, text
+from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
@@ -26,7 +26,7 @@ from context_search.contract import (
     ServedBy,
 )
 from context_search.embedding import GuardedEmbedder, embedder_scripts
-from context_search.errors import NotFoundError
+from context_search.errors import InvalidQueryError, NotFoundError
 from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.postgres.cancel import Cancellation
 from context_search.postgres.query_vectors import QueryVectors
@@ -77,7 +77,12 @@ class ReadSide:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
+        connection: Connection | None = None,
     ) -> ContextDocument | None:
+        """The document as ``allowed_scopes`` may see it (``None``: absent or not readable).
+
+        ``connection``: read inside the caller's open transaction on it (see :meth:`search`).
+        """
         validate_doc_id(doc_id)
         scopes = validate_scopes(allowed_scopes)
         return self._routed(
@@ -85,6 +90,7 @@ class ReadSide:
             lambda: self._get_document(doc_id, scopes, cancel, timeout_s),
             consistent_with,
             on_stale,
+            connection,
         )[0]
 
     def _get_document(
@@ -111,11 +117,26 @@ class ReadSide:
         return None if row is None else context_document(row)
 
     def _routed(
-        self, action: str, call: Callable[[], T], consistent_with: object, on_stale: object
-    ) -> tuple[T, ServedBy]:
+        self,
+        action: str,
+        call: Callable[[], T],
+        consistent_with: object,
+        on_stale: object,
+        connection: Connection | None = None,
+    ) -> tuple[T, ServedBy | None]:
         """Run a read ``call`` where routing puts it, consistent with the caller's token
-        (and, with ``read_your_writes``, with this connector's latest write)."""
+        (and, with ``read_your_writes``, with this connector's latest write); on the
+        caller's ``connection`` when given (no routing and no ``served_by``: the caller
+        chose the server, and a token has nothing to choose)."""
         token = validate_consistency(consistent_with, on_stale)
+        if connection is not None:
+            if token is not None:
+                raise InvalidQueryError(
+                    f"{action}: consistent_with applies to routed reads, not to reads on "
+                    "the caller's connection",
+                    details={"field": "consistent_with"},
+                )
+            return self._sessions.run_on_connection(connection, call), None
         if self._read_your_writes:
             token = max(token or 0, self._tokens.latest) or None
         stale: OnStale = "raise" if on_stale == "raise" else "primary"
@@ -149,6 +170,7 @@ class ReadSide:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
+        connection: Connection | None = None,
     ) -> SearchResponse:
         """Hybrid search in one read snapshot.
 
@@ -158,6 +180,13 @@ class ReadSide:
         ``ReplicaSettings.consistency_wait_s``) for a replica that replayed it, else reads
         the primary (``on_stale="primary"``) or raises ``INDEX_STALE`` (``"raise"``).
         ``evidence.served_by`` names the server that answered.
+
+        ``connection``: search inside the caller's open transaction on it (a connection
+        of this index's engine, or one whose ``search_path`` starts at its schema), in a
+        savepoint that is rolled back afterwards, so the reader role, the scopes and the
+        limits end with the call. The search sees the transaction's own uncommitted
+        writes (an ``upsert(..., connection=conn)`` before it, say); ``served_by`` is
+        ``None`` and ``consistent_with`` is refused (``INVALID_QUERY``).
         """
         with telemetry.search_trace("postgres") as trace:
             response, served = self._routed(
@@ -165,6 +194,7 @@ class ReadSide:
                 lambda: self._search(query, trace, cancel, timeout_s),
                 consistent_with,
                 on_stale,
+                connection,
             )
         return dataclasses.replace(
             response, evidence=dataclasses.replace(response.evidence, served_by=served)
@@ -227,18 +257,23 @@ class ReadSide:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
+        connection: Connection | None = None,
     ) -> RankExplanation:
         """Why ``doc_id`` ranks where it does for ``query`` (``NOT_FOUND`` when the caller
         cannot read it). The document's verdicts and the ranking are read in one snapshot,
-        under one time limit and ``cancel``, like a search, and routed like one."""
+        under one time limit and ``cancel``, like a search, and routed like one;
+        ``served_by`` names the server that answered. ``connection``: inside the caller's
+        open transaction on it (see :meth:`search`)."""
         validate_doc_id(doc_id)
         vq = validate_query(query)
-        return self._routed(
+        explanation, served = self._routed(
             "explain",
             lambda: self._explain(doc_id, vq, cancel, timeout_s),
             consistent_with,
             on_stale,
-        )[0]
+            connection,
+        )
+        return dataclasses.replace(explanation, served_by=served)
 
     def _explain(
         self,

@@ -26,6 +26,7 @@ snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,14 +35,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.util.concurrency import await_, in_greenlet
 
 from context_search.contract import ServedBy
 from context_search.errors import BackendError, BackendUnavailableError, IndexStaleError
 from context_search.postgres.cancel import Cancellation
 from context_search.postgres.engine import translate_errors
 from context_search.postgres.routing import PRIMARY, ReplicaSettings, Router, consistency_step
-from context_search.postgres.session import ReadSession, ReadSessions
+from context_search.postgres.session import CallerReadSessions, ReadSession, ReadSessions
 from context_search.validation import OnStale, format_position, validate_consistency
 
 __all__ = ["CommitTokens", "Replica", "RoutedReadSessions", "current_position", "server_name"]
@@ -129,6 +131,16 @@ class _NotAStandby(Exception):
     """A configured replica answered but is not in recovery (promoted, or a primary)."""
 
 
+def wait(seconds: float) -> None:
+    """Sleep between replica polls without stalling an event loop: inside the async
+    connector's calls (SQLAlchemy's greenlet bridge) the loop awaits ``asyncio.sleep``
+    meanwhile; elsewhere the thread sleeps."""
+    if in_greenlet():
+        await_(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
+
+
 class RoutedReadSessions:
     """Read transactions on the server the current call was routed to."""
 
@@ -140,14 +152,14 @@ class RoutedReadSessions:
         replicas: Sequence[Replica] = (),
         settings: ReplicaSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self._primary = primary
         self._primary_name = primary_name
         self._replicas = {r.name: r for r in replicas}
         self._settings = settings or ReplicaSettings()
         self._router = Router(tuple(self._replicas), self._settings)
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep = clock, sleep or wait
         self._current: ContextVar[ReadSessions | None] = ContextVar(
             f"context_search_read_target_{id(self)}", default=None
         )
@@ -273,6 +285,11 @@ class RoutedReadSessions:
                 "a configured replica is not a standby", details={"server": name}
             )
         return exc if isinstance(exc, BackendError | BackendUnavailableError) else None
+
+    def run_on_connection(self, conn: Connection, call: Callable[[], T]) -> T:
+        """Run ``call`` with its reads inside the caller's open transaction on ``conn``
+        (``CallerReadSessions``): no routing, the caller chose the server."""
+        return self._on(CallerReadSessions(self._primary, conn), call)
 
     def _on(self, sessions: ReadSessions, call: Callable[[], T]) -> T:
         reset = self._current.set(sessions)

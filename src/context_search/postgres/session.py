@@ -26,7 +26,13 @@ from context_search.errors import InvalidConfigError, InvalidQueryError, Operati
 from context_search.postgres.cancel import Cancellation
 from context_search.postgres.engine import ConnectionSettings, ms, translate_errors
 
-__all__ = ["SCOPES_SETTING", "ReadSession", "ReadSessions", "validate_planner_settings"]
+__all__ = [
+    "SCOPES_SETTING",
+    "CallerReadSessions",
+    "ReadSession",
+    "ReadSessions",
+    "validate_planner_settings",
+]
 
 #: The transaction setting the row-level security policies read the caller's scopes from.
 SCOPES_SETTING = "context_search.allowed_scopes"
@@ -130,42 +136,110 @@ class ReadSessions:
         limit = self.time_limit(timeout_s)
         if cancel is not None:
             cancel.check(action)
-        try:
-            settings = {**(tuning or {}), **self._planner}
-            with (
-                translate_errors(action),
-                self._engine.connect().execution_options(
-                    # psycopg opens the transaction with BEGIN ... REPEATABLE READ READ ONLY:
-                    # no separate SET TRANSACTION round trip.
-                    isolation_level="REPEATABLE READ",
-                    postgresql_readonly=True,
-                ) as conn,
-                conn.begin(),
-            ):
-                conn.execute(
-                    _OPEN_SQL,
-                    {
-                        "role": self._reader_role,
-                        "name": SCOPES_SETTING,
-                        "scopes": sorted(scopes),
-                        "limit": str(ms(limit)),
-                        "keys": list(settings),
-                        "vals": list(settings.values()),
-                    },
-                )
-                raw = conn.connection.dbapi_connection
-                if cancel is not None:
-                    cancel.attach(raw, action)
-                try:
-                    yield ReadSession(conn)
-                finally:
-                    if cancel is not None:
-                        cancel.detach(raw)
-        except OperationCancelledError as exc:
-            if cancel is not None and cancel.cancelled:
-                raise OperationCancelledError(
-                    f"{action}: cancelled by the caller", details={"reason": "cancelled"}
-                ) from exc
-            raise
+        with (
+            _cancellable(action, cancel),
+            translate_errors(action),
+            self._engine.connect().execution_options(
+                # psycopg opens the transaction with BEGIN ... REPEATABLE READ READ ONLY:
+                # no separate SET TRANSACTION round trip.
+                isolation_level="REPEATABLE READ",
+                postgresql_readonly=True,
+            ) as conn,
+            conn.begin(),
+            self._opened(conn, scopes, action, limit, cancel, tuning) as session,
+        ):
+            yield session
         if cancel is not None:
             cancel.check(action)  # cancelled after the last statement: still no result
+
+    @contextmanager
+    def _opened(
+        self,
+        conn: Connection,
+        scopes: frozenset[str],
+        action: str,
+        limit: float,
+        cancel: Cancellation | None,
+        tuning: Mapping[str, str] | None,
+    ) -> Iterator[ReadSession]:
+        """Role, scopes, time limit and planner settings on ``conn``'s open transaction
+        (all transaction-local), with ``cancel`` attached while the session is in use."""
+        settings = {**(tuning or {}), **self._planner}
+        conn.execute(
+            _OPEN_SQL,
+            {
+                "role": self._reader_role,
+                "name": SCOPES_SETTING,
+                "scopes": sorted(scopes),
+                # PostgreSQL reads 0 as "no limit": a positive limit under half a
+                # millisecond is 1 ms, never none.
+                "limit": str(max(1, ms(limit)) if limit > 0 else 0),
+                "keys": list(settings),
+                "vals": list(settings.values()),
+            },
+        )
+        raw = conn.connection.dbapi_connection
+        if cancel is not None:
+            cancel.attach(raw, action)
+        try:
+            yield ReadSession(conn)
+        finally:
+            if cancel is not None:
+                cancel.detach(raw)
+
+
+class CallerReadSessions(ReadSessions):
+    """Reads inside a caller's open transaction on ``conn``, each in a savepoint.
+
+    The reader role, the scopes, the time limit and the planner settings are set inside
+    the savepoint, and rolling it back afterwards undoes all of them: the caller's
+    transaction goes on as its own role with its own settings, and a read that failed
+    (time limit, cancellation) leaves it usable. The read sees what the caller's
+    transaction sees, its own uncommitted writes included; the snapshot follows the
+    caller's isolation level.
+    """
+
+    def __init__(self, base: ReadSessions, conn: Connection) -> None:
+        super().__init__(
+            base._engine,
+            reader_role=base._reader_role,
+            connection=base._connection,
+            planner=base._planner,
+        )
+        self._conn = conn
+
+    @contextmanager
+    def read(
+        self,
+        scopes: frozenset[str],
+        action: str,
+        *,
+        cancel: Cancellation | None = None,
+        timeout_s: float | None = None,
+        tuning: Mapping[str, str] | None = None,
+    ) -> Iterator[ReadSession]:
+        limit = self.time_limit(timeout_s)
+        if cancel is not None:
+            cancel.check(action)
+        with _cancellable(action, cancel), translate_errors(action):
+            savepoint = self._conn.begin_nested()
+            try:
+                with self._opened(self._conn, scopes, action, limit, cancel, tuning) as session:
+                    yield session
+            finally:
+                savepoint.rollback()
+        if cancel is not None:
+            cancel.check(action)
+
+
+@contextmanager
+def _cancellable(action: str, cancel: Cancellation | None) -> Iterator[None]:
+    """A statement cancelled through ``cancel`` ends as "cancelled by the caller"."""
+    try:
+        yield
+    except OperationCancelledError as exc:
+        if cancel is not None and cancel.cancelled:
+            raise OperationCancelledError(
+                f"{action}: cancelled by the caller", details={"reason": "cancelled"}
+            ) from exc
+        raise

@@ -29,8 +29,8 @@ What the event loop changes: calls of one connector interleave on one thread, so
   prepares the next batch in a second thread; here the model already runs off the loop);
 - ``last_commit_token`` is the latest write of this connector on the loop's thread, not of
   one task: use ``IngestReport.commit_token`` where it matters;
-- streaming replicas (``read_dsns``) are not offered yet: the replica wait polls with
-  ``time.sleep``, which would stall the loop (``INVALID_CONFIG``).
+- streaming replicas (``read_dsns``) get async engines of their own; waiting for a replica
+  to replay a commit token awaits ``asyncio.sleep`` between polls, so other tasks run.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ from context_search.postgres.connector import PostgresSearchConnector
 from context_search.postgres.engine import ConnectionSettings
 from context_search.postgres.ingest import IndexSettings, ProgressCallback
 from context_search.postgres.jobs import JobProgress
+from context_search.postgres.opening import replica_targets
+from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
 from context_search.validation import OnStale
@@ -82,10 +84,18 @@ class AsyncPostgresSearchConnector:
     cancel the awaiting task instead. Safe to share between the tasks of one event loop.
     """
 
-    def __init__(self, core: PostgresSearchConnector, engine: AsyncEngine, *, owns: bool) -> None:
+    def __init__(
+        self,
+        core: PostgresSearchConnector,
+        engine: AsyncEngine,
+        *,
+        owns: bool,
+        replicas: Sequence[AsyncEngine] = (),
+    ) -> None:
         self._core = core
         self._engine = engine
         self._owns = owns
+        self._replicas = tuple(replicas)
         self._write_turn = asyncio.Lock()
 
     @classmethod
@@ -106,12 +116,17 @@ class AsyncPostgresSearchConnector:
         service's own ``engine`` (from :func:`create_async_store_engine`, or any whose
         connections' ``search_path`` starts at ``schema``), which the caller keeps owning.
         """
-        if options.get("read_dsns"):
+        if options.get("replica_engines"):
             raise InvalidConfigError(
-                "the async connector does not read from replicas yet",
-                details={"field": "read_dsns"},
+                "the async connector opens its replicas from read_dsns",
+                details={"field": "replica_engines"},
             )
         name = validate_schema(schema or DEFAULT_SCHEMA)
+        targets, replica_connection = replica_targets(
+            options.pop("read_dsns", ()),
+            connection or ConnectionSettings(),
+            options.get("replicas") or ReplicaSettings(),
+        )
         if embedder is None:
             embedder = await asyncio.to_thread(default_embedder)
         model = OffLoopEmbedder(embedder)
@@ -121,7 +136,14 @@ class AsyncPostgresSearchConnector:
             engine = await create_async_store_engine(
                 handle.dsn, schema=name, connection=connection, read_only=read_only
             )
+        replicas: list[AsyncEngine] = []
         try:
+            for _, replica_dsn in targets:
+                replicas.append(
+                    await create_async_store_engine(
+                        replica_dsn, schema=name, connection=replica_connection, read_only=True
+                    )
+                )
             core = await greenlet_spawn(
                 PostgresSearchConnector.open,
                 engine=engine.sync_engine,
@@ -129,13 +151,16 @@ class AsyncPostgresSearchConnector:
                 schema=name,
                 read_only=read_only,
                 connection=connection,
+                replica_engines=[r.sync_engine for r in replicas],
                 **options,
             )
         except BaseException:
+            for replica in replicas:
+                await close_async_store_engine(replica)
             if owned:
                 await close_async_store_engine(engine)
             raise
-        return cls(core, engine, owns=owned)
+        return cls(core, engine, owns=owned, replicas=replicas)
 
     async def __aenter__(self) -> AsyncPostgresSearchConnector:
         return self
@@ -144,9 +169,12 @@ class AsyncPostgresSearchConnector:
         await self.close()
 
     async def close(self) -> None:
-        """Close the engine and its pool, unless the caller handed in the engine."""
+        """Close the engine and its pool, unless the caller handed in the engine, and the
+        replicas' engines."""
         if self._owns:
             await close_async_store_engine(self._engine)
+        for replica in self._replicas:
+            await close_async_store_engine(replica)
 
     @property
     def engine(self) -> AsyncEngine:
@@ -175,6 +203,18 @@ class AsyncPostgresSearchConnector:
         result: T = await greenlet_spawn(call, *args, **kwargs)
         return result
 
+    async def _read(
+        self,
+        call: Callable[..., T],
+        *args: Any,
+        connection: AsyncConnection | None,
+        **kwargs: Any,
+    ) -> T:
+        """A read on the connector's pool, or inside the caller's open transaction."""
+        if connection is None:
+            return await self._run(call, *args, **kwargs)
+        return await connection.run_sync(lambda conn: call(*args, connection=conn, **kwargs))
+
     # -- reads ------------------------------------------------------------------------------
 
     async def search(
@@ -184,14 +224,17 @@ class AsyncPostgresSearchConnector:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
+        connection: AsyncConnection | None = None,
     ) -> SearchResponse:
-        """Hybrid search in one read snapshot (``PostgresSearchConnector.search``)."""
-        return await self._run(
+        """Hybrid search in one read snapshot (``PostgresSearchConnector.search``);
+        ``connection``: inside the caller's open transaction on it, as for the sync one."""
+        return await self._read(
             self._core.search,
             query,
             timeout_s=timeout_s,
             consistent_with=consistent_with,
             on_stale=on_stale,
+            connection=connection,
         )
 
     async def explain(
@@ -202,15 +245,18 @@ class AsyncPostgresSearchConnector:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
+        connection: AsyncConnection | None = None,
     ) -> RankExplanation:
-        """Why ``doc_id`` ranks where it does (``PostgresSearchConnector.explain``)."""
-        return await self._run(
+        """Why ``doc_id`` ranks where it does (``PostgresSearchConnector.explain``);
+        ``connection``: inside the caller's open transaction on it, as for the sync one."""
+        return await self._read(
             self._core.explain,
             doc_id,
             query,
             timeout_s=timeout_s,
             consistent_with=consistent_with,
             on_stale=on_stale,
+            connection=connection,
         )
 
     async def get_document(
@@ -221,15 +267,18 @@ class AsyncPostgresSearchConnector:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
+        connection: AsyncConnection | None = None,
     ) -> ContextDocument | None:
-        """One readable document or ``None`` (``PostgresSearchConnector.get_document``)."""
-        return await self._run(
+        """One readable document or ``None`` (``PostgresSearchConnector.get_document``);
+        ``connection``: inside the caller's open transaction on it, as for the sync one."""
+        return await self._read(
             self._core.get_document,
             doc_id,
             allowed_scopes,
             timeout_s=timeout_s,
             consistent_with=consistent_with,
             on_stale=on_stale,
+            connection=connection,
         )
 
     async def search_plan(self, query: SearchQuery, *, analyze: bool = False) -> str:
