@@ -4,7 +4,8 @@ and its section of BENCHMARKS.md.
 Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, replica, aio (async
 vs sync connector), plots, all;
 ``reliability`` (load + injected faults on its own restartable server; not part of ``all``);
-``embedding`` (torch vs ONNX runtimes of the embedder, no server; not part of ``all``).
+``embedding`` (torch vs ONNX runtimes of the embedder, no server; not part of ``all``);
+``partitions`` (one global HNSW vs a table partitioned by scope, 1M chunks; not in ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
 """
@@ -38,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("suite", choices=(*SUITES, "plots", "all", "reliability", "embedding"))
+    parser.add_argument(
+        "suite", choices=(*SUITES, "plots", "all", "reliability", "embedding", "partitions")
+    )
     parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
     parser.add_argument(
         "--embedder",
@@ -56,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sizes", default="10000,100000", help="Latency index sizes (chunks).")
     parser.add_argument("--filtered-chunks", type=int, default=100_000)
+    parser.add_argument(
+        "--partition-rows", type=int, default=1_000_000, help="Partitions suite: chunks."
+    )
     parser.add_argument(
         "--tiny", action="store_true", help="Generated tiny dataset; scratch output."
     )
@@ -105,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                     kwargs["per_client"] = 5
             if suite == "filtered":
                 kwargs["chunks"] = 300 if args.tiny else args.filtered_chunks
+            if suite == "partitions":
+                kwargs["rows"] = 3000 if args.tiny else args.partition_rows
+                if args.tiny:
+                    kwargs["queries"] = 5
             if suite == "ingest" and args.tiny:
                 kwargs["sample"] = 20
             if suite in ("propagation", "replica") and args.tiny:

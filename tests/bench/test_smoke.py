@@ -26,3 +26,17 @@ def test_every_suite_runs_on_a_tiny_dataset(context_search_dsn: str, tmp_path: P
     md = (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
     assert all(f"<!-- bench:{s} -->" in md for s in SUITES)
     assert (tmp_path / "quality.png").exists() and (tmp_path / "filtered_recall.png").exists()
+
+
+def test_the_partitions_suite_runs_on_a_tiny_dataset(
+    context_search_dsn: str, tmp_path: Path
+) -> None:
+    argv = ["partitions", "--tiny", "--dsn", context_search_dsn, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "partitions.json").read_text(encoding="utf-8"))
+    assert [lv["scope"] for lv in result["levels"]] == ["s0_1", "s1", "s10"]
+    for level in result["levels"]:
+        # Partition pruning leaves one small graph: the scope's exact answer comes back whole.
+        assert level["partitioned"]["short"] == 0
+        assert 0.0 <= level["global"]["recall@10"] <= 1.0
+    assert "<!-- bench:partitions -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
