@@ -1,0 +1,131 @@
+"""Where one search's time goes, on an index that can be kept between runs.
+
+``python -m benchmarks.search_profile --dsn DSN --chunks 100000 --keep`` builds the latency
+suite's corpus (real chunks plus filler) into schema ``bench_profile`` once and leaves it
+there (``--keep``), so a change to the search can be measured before and after on the same
+index, the two runs interleaved by hand. Reported, over ``--searches`` searches of one
+client after a warm-up, query embedding excluded:
+
+* the connector's stage timings (``SearchStats.timings``): connect, statement, commit,
+  assembly and the whole call;
+* the statement alone in three shapes on the same read transactions: both arms, the lexical
+  arm alone (vector weight 0) and the vector arm alone (a query with no indexed word).
+
+Without ``--dsn`` a temporary embedded server is used (and nothing can be kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from benchmarks.common import (
+    DEFAULT_DATA,
+    RESULTS,
+    CachedEmbedder,
+    envelope,
+    load_beir,
+    log,
+    make_embedder,
+    server,
+)
+from benchmarks.latency import build_corpus
+from context_search import SearchQuery
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.admin import drop_index
+from context_search.validation import validate_query
+
+SCHEMA = "bench_profile"
+_STAGES = ("connect_ms", "statement_ms", "commit_ms", "assembly_ms", "total_ms")
+
+
+def _median(xs: list[float]) -> float:
+    return round(sorted(xs)[len(xs) // 2], 2)
+
+
+def _p95(xs: list[float]) -> float:
+    return round(sorted(xs)[int(len(xs) * 0.95)], 2)
+
+
+def _statement_ms(
+    store: PostgresSearchConnector, queries: list[tuple[str, Any]], shape: str
+) -> list[float]:
+    statements = store._statements
+    out = []
+    for query, qvec in queries:
+        vq = validate_query(
+            SearchQuery(
+                query="zzqxv" if shape == "vector" else query, allowed_scopes=["public"], top_k=10
+            )
+        )
+        weight = 0.0 if shape == "lexical" else 1.0
+        with store._sessions.read(vq.scopes, "search", tuning=statements.tuning(vq)) as session:
+            t0 = time.perf_counter()
+            statements.fetch_candidates(session, vq, qvec, vector_weight=weight)
+            out.append(1000 * (time.perf_counter() - t0))
+    return out
+
+
+def run(dsn: str, chunks: int, searches: int, keep: bool) -> dict[str, Any]:
+    data = load_beir(DEFAULT_DATA)
+    embedder = CachedEmbedder(make_embedder("minilm"))
+    texts = [data.queries[q] for q in sorted(data.queries)]
+    queries = [(q, embedder.embed_query(q)) for q in texts]
+    with PostgresSearchConnector.open(
+        dsn, embedder=embedder, schema=SCHEMA, stage_timings=True
+    ) as store:
+        with store.engine.connect() as conn:
+            have = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
+        if have != chunks:
+            log(f"search_profile: building {chunks} chunks (found {have})")
+            records, _, _, _ = build_corpus(data, embedder, chunks)
+            store.upsert(records, batch_size=512)
+            embedder.save()
+        run_queries = [queries[i % len(queries)] for i in range(searches)]
+        for q, _ in run_queries[:30]:  # warm-up
+            store.search(SearchQuery(query=q, allowed_scopes=["public"], top_k=10))
+        timings = []
+        for q, _ in run_queries:
+            response = store.search(SearchQuery(query=q, allowed_scopes=["public"], top_k=10))
+            timings.append(response.stats.timings)
+        stages = {
+            name: {
+                "p50": _median([getattr(t, name) for t in timings]),
+                "p95": _p95([getattr(t, name) for t in timings]),
+            }
+            for name in _STAGES
+        }
+        shapes = {}
+        for shape in ("both", "lexical", "vector"):
+            _statement_ms(store, run_queries[:20], shape)
+            xs = _statement_ms(store, run_queries, shape)
+            shapes[shape] = {"p50": _median(xs), "p95": _p95(xs)}
+    if not keep:
+        drop_index(dsn, SCHEMA)
+    return {"chunks": chunks, "searches": searches, "stages_ms": stages, "statement_ms": shapes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.search_profile")
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--searches", type=int, default=300)
+    parser.add_argument("--keep", action="store_true", help="Leave the index for the next run.")
+    parser.add_argument("--out", type=Path, default=RESULTS / "search_profile.json")
+    args = parser.parse_args()
+    with server(args.dsn) as dsn:
+        result = {
+            **envelope("search_profile", [f"--chunks={args.chunks}"]),
+            **run(dsn, args.chunks, args.searches, args.keep and args.dsn is not None),
+        }
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({k: result[k] for k in ("stages_ms", "statement_ms")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
