@@ -114,7 +114,9 @@ _KNN = "SELECT id FROM {} WHERE scope = %s ORDER BY embedding <=> %s LIMIT %s"
 def _search(
     conn: psycopg.Connection[Any], table: str, scope: str, queries: list[np.ndarray], exact: bool
 ) -> tuple[list[list[int]], list[float]]:
-    """Ids and seconds per query; ``exact``: the planner kept off every index."""
+    """Ids and seconds per query; ``exact``: the planner kept off every index. Planned per
+    call, never prepared: a cached plan outlives ``SET LOCAL enable_indexscan`` and would
+    carry the exact plan into the index runs (or the index plan into the exact one)."""
     statement = sql.SQL(_KNN).format(sql.Identifier(table))
     results, seconds = [], []
     with conn.transaction():
@@ -126,7 +128,7 @@ def _search(
             conn.execute("SET LOCAL enable_bitmapscan = off")
         for q in queries:
             t0 = time.perf_counter()
-            ids = [r[0] for r in conn.execute(statement, (scope, q, POOL), prepare=True)]
+            ids = [r[0] for r in conn.execute(statement, (scope, q, POOL), prepare=False)]
             seconds.append(time.perf_counter() - t0)
             results.append(ids)
     return results, seconds
