@@ -139,6 +139,17 @@ class ReadSessions:
         with (
             _cancellable(action, cancel),
             translate_errors(action),
+            self._transaction() as conn,
+            self._opened(conn, scopes, action, limit, cancel, tuning) as session,
+        ):
+            yield session
+        if cancel is not None:
+            cancel.check(action)  # cancelled after the last statement: still no result
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        """A pooled connection in a new read transaction."""
+        with (
             self._engine.connect().execution_options(
                 # psycopg opens the transaction with BEGIN ... REPEATABLE READ READ ONLY:
                 # no separate SET TRANSACTION round trip.
@@ -146,11 +157,8 @@ class ReadSessions:
                 postgresql_readonly=True,
             ) as conn,
             conn.begin(),
-            self._opened(conn, scopes, action, limit, cancel, tuning) as session,
         ):
-            yield session
-        if cancel is not None:
-            cancel.check(action)  # cancelled after the last statement: still no result
+            yield conn
 
     @contextmanager
     def _opened(
@@ -209,27 +217,12 @@ class CallerReadSessions(ReadSessions):
         self._conn = conn
 
     @contextmanager
-    def read(
-        self,
-        scopes: frozenset[str],
-        action: str,
-        *,
-        cancel: Cancellation | None = None,
-        timeout_s: float | None = None,
-        tuning: Mapping[str, str] | None = None,
-    ) -> Iterator[ReadSession]:
-        limit = self.time_limit(timeout_s)
-        if cancel is not None:
-            cancel.check(action)
-        with _cancellable(action, cancel), translate_errors(action):
-            savepoint = self._conn.begin_nested()
-            try:
-                with self._opened(self._conn, scopes, action, limit, cancel, tuning) as session:
-                    yield session
-            finally:
-                savepoint.rollback()
-        if cancel is not None:
-            cancel.check(action)
+    def _transaction(self) -> Iterator[Connection]:
+        savepoint = self._conn.begin_nested()
+        try:
+            yield self._conn
+        finally:
+            savepoint.rollback()
 
 
 @contextmanager
