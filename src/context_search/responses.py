@@ -265,6 +265,7 @@ def assemble_response(
     observed_at: datetime,
     propagation: Propagation,
     notes: Sequence[str] = (),
+    pending_config: str | None = None,
 ) -> SearchResponse:
     """Cut, stats, rank log and evidence for one search.
 
@@ -310,6 +311,7 @@ def assemble_response(
         config_revision=active_config,
         documents=docs,
         propagation=propagation,
+        pending_config_revision=pending_config,
     )
     return SearchResponse(hits=hits, stats=stats, rank_log=log, evidence=evidence)
 

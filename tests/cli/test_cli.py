@@ -72,7 +72,7 @@ def test_ingest_search_explain_roundtrip(
     migrated = runner.invoke(
         app, ["migrate", "--dsn", context_search_dsn, "--schema", context_search_schema]
     )
-    assert migrated.exit_code == 0 and "revision 0007" in migrated.output
+    assert migrated.exit_code == 0 and "revision 0008" in migrated.output
     ingested = runner.invoke(app, ["ingest", str(data), *common])
     assert ingested.exit_code == 0, ingested.output
     assert "2 new" in ingested.output
@@ -145,3 +145,56 @@ def test_deferred_ingest_then_reindex_workers_and_status(
     other = runner.invoke(app, ["search", "basalt", "-s", "team", *common, "--embedder", "minilm"])
     assert other.exit_code == 3 and "RETRIEVER_UNCONFIGURED" in other.output
     assert "hint:" in other.output and "Traceback" not in other.output
+
+
+def test_status_shows_a_configuration_being_built_and_reindex_reconfigure_resolves_it(
+    context_search_dsn: str,
+    context_search_schema: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from context_search import HashingEmbedder
+    from context_search.postgres import PostgresSearchConnector, switch
+
+    data = tmp_path / "records.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps(
+                {"document_id": f"d{i}", "body": f"Gneiss note {i}.", "permission_scope": "t"}
+            )
+            + "\n"
+            for i in range(12)
+        ),
+        encoding="utf-8",
+    )
+    common = ["--dsn", context_search_dsn, "--schema", context_search_schema]
+    assert (
+        runner.invoke(app, ["ingest", str(data), *common, "--embedder", "hashing"]).exit_code == 0
+    )
+
+    def killed(*_a: object, **_k: object) -> int:
+        raise RuntimeError("killed before the swap")
+
+    monkeypatch.setattr(switch, "swap_schemas", killed)
+    with (
+        pytest.raises(RuntimeError),
+        PostgresSearchConnector.open(
+            context_search_dsn,
+            schema=context_search_schema,
+            embedder=HashingEmbedder(256),
+            reconfigure=True,
+        ),
+    ):
+        pass
+    state = json.loads(runner.invoke(app, ["status", *common, "--json"]).output)
+    building = state["building"]
+    assert building["embedding_model"] == "hashing-v1-256"
+    assert building["indexed"] == building["total"] == 12
+    shown = runner.invoke(app, ["status", *common])
+    assert "12 of 12 documents indexed" in shown.output
+    # Asking for the active configuration again abandons the build.
+    back = runner.invoke(
+        app, ["reindex", *common, "--embedder", "hashing", "--reconfigure", "--until-empty"]
+    )
+    assert back.exit_code == 0, back.output
+    assert json.loads(runner.invoke(app, ["status", *common, "--json"]).output)["building"] is None

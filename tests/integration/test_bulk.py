@@ -18,6 +18,7 @@ from context_search.contract import RecordOutcome
 from context_search.errors import BackendError
 from context_search.postgres import PostgresSearchConnector, bulk, ingest
 from context_search.postgres.audit import audit
+from context_search.postgres.switch import sibling_names
 
 #: A body long enough for several chunks (1200-byte windows).
 _FILLER = " ".join(f"word{k} clause{k % 7}" for k in range(300))
@@ -333,7 +334,7 @@ def test_an_index_dropped_on_purpose_stays_dropped(
     assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
 
 
-def test_reindex_after_reconfigure_builds_the_vector_index_afterwards(
+def test_a_configuration_switch_builds_the_new_vector_index_after_loading(
     context_search_dsn: str,
     context_search_schema: str,
     store: PostgresSearchConnector,
@@ -341,11 +342,17 @@ def test_reindex_after_reconfigure_builds_the_vector_index_afterwards(
 ) -> None:
     store.upsert([_doc(i) for i in range(60)])
     monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
-    states: list[bool] = []
+    shadow, _ = sibling_names(context_search_schema)
+    states: list[tuple[bool, bool]] = []
     real = ingest.replace_chunks
 
     def probing(*args: Any, **kw: Any) -> int:
-        states.append(_vector_index_valid(context_search_dsn, context_search_schema))
+        states.append(
+            (
+                _vector_index_valid(context_search_dsn, shadow),
+                _vector_index_valid(context_search_dsn, context_search_schema),
+            )
+        )
         return real(*args, **kw)
 
     monkeypatch.setattr("context_search.postgres.jobs.replace_chunks", probing)
@@ -356,10 +363,10 @@ def test_reindex_after_reconfigure_builds_the_vector_index_afterwards(
         chunk_bytes=800,
         reconfigure=True,
     ) as changed:
-        report = changed.reindex()
-        assert report.done == 60 and report.failed == 0
-        assert states and not any(states)
+        # The new schema loaded without its vector index; the live one kept it throughout.
+        assert states and not any(new for new, _ in states) and all(old for _, old in states)
         assert _vector_index_valid(context_search_dsn, context_search_schema)
+        assert changed.reindex().done == 0
         _consistent(changed)
         hits = changed.search(SearchQuery(query="Bulk record 7", allowed_scopes=["team"])).hits
         assert hits[0].doc_id == "b00007"

@@ -44,7 +44,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
     try:
         assert current_revision(engine, schema=context_search_schema) is None
         migrate(engine, schema=context_search_schema)
-        assert current_revision(engine, schema=context_search_schema) == "0007"
+        assert current_revision(engine, schema=context_search_schema) == "0008"
         assert {"documents", "chunks", "gaps", "index_configs", "index_jobs"} <= _tables(
             context_search_dsn, context_search_schema
         )
@@ -74,7 +74,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
         downgrade(engine, schema=context_search_schema)
         assert _tables(context_search_dsn, context_search_schema) == {"alembic_version"}
         migrate(engine, schema=context_search_schema)
-        assert current_revision(engine, schema=context_search_schema) == "0007"
+        assert current_revision(engine, schema=context_search_schema) == "0008"
     finally:
         close_store_engine(engine)
 
@@ -512,12 +512,12 @@ def test_migrations_and_typed_models_agree(store: PostgresSearchConnector) -> No
         assert compare_metadata(context, Base.metadata) == []
 
 
-def test_config_change_marks_evidence_stale(
+def test_config_change_is_built_then_switched_to(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
     """Reopening with other chunking activates a new config revision (a hash of the settings)
-    and queues re-embedding: evidence says pending until the job ran, then fresh; going back
-    to the first configuration makes it current again."""
+    once every document is indexed under it, so evidence is fresh from the first search;
+    going back to the first configuration makes it current again."""
     record = ContextDocumentRecord(
         document_id="e1", body="Evidence about aurora restarts.", permission_scope="team"
     )
@@ -547,22 +547,16 @@ def test_config_change_marks_evidence_stale(
         chunk_bytes=600,
         reconfigure=True,
     ) as second:
-        stale = second.search(query).evidence
-        assert stale.config_revision != before.config_revision
-        assert [d.freshness for d in stale.documents] == ["pending"]
-        assert stale.documents[0].indexed_config_revision == before.config_revision
-        assert stale.propagation.pending == 1
-        report = second.reindex()
-        assert (report.done, report.failed, report.remaining) == (1, 0, 0)
+        # Built beside the first configuration and switched to before open returned.
         after = second.search(query).evidence
+        assert after.config_revision != before.config_revision
         assert [d.freshness for d in after.documents] == ["fresh"]
-        assert after.documents[0].indexed_config_revision == stale.config_revision
-        assert after.propagation.pending == 0
+        assert after.documents[0].indexed_config_revision == after.config_revision
+        assert after.propagation.pending == 0 and after.pending_config_revision is None
+        assert second.reindex().done == 0
     with PostgresSearchConnector.open(
         context_search_dsn, embedder=embedder, schema=context_search_schema, reconfigure=True
     ) as again:
         back = again.search(query).evidence
         assert back.config_revision == before.config_revision
-        assert [d.freshness for d in back.documents] == ["pending"]
-        again.reindex()
-        assert [d.freshness for d in again.search(query).evidence.documents] == ["fresh"]
+        assert [d.freshness for d in back.documents] == ["fresh"]

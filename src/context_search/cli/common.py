@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import json
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
@@ -143,6 +143,7 @@ def open_store(
     reconfigure: bool = False,
     stage_timings: bool = False,
     read_only: bool = False,
+    reconfigure_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[PostgresSearchConnector]:
     """The store for one command. Read commands pass ``read_only``: they never create or
     migrate a schema (a mistyped ``--schema`` is ``SCHEMA_NOT_READY``, not a new empty
@@ -152,6 +153,7 @@ def open_store(
         embedder=make_embedder(embedder),
         schema=schema,
         reconfigure=reconfigure,
+        reconfigure_progress=reconfigure_progress,
         stage_timings=stage_timings,
         read_only=read_only,
     ) as store:

@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import asdict
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from sqlalchemy import text
 
@@ -40,6 +48,7 @@ from context_search.postgres.engine import (
 from context_search.postgres.jobs import queue_status
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import validate_schema
+from context_search.postgres.switch import switch_status
 
 
 def reindex(
@@ -77,10 +86,28 @@ def reindex(
     lock = threading.Lock()
     stop = threading.Event()
     errors: list[ContextSearchError] = []
-    with (
-        cli_errors(as_json=as_json, verbose=verbose),
-        open_store(dsn, schema, embedder, reconfigure=reconfigure) as store,
-    ):
+    switch_columns = (
+        TextColumn("building the new configuration"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("documents"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    with cli_errors(as_json=as_json, verbose=verbose), ExitStack() as stack:
+        # A configuration change is built beside the active one before workers start.
+        with Progress(*switch_columns, console=console, disable=as_json or not reconfigure) as bar:
+            building = bar.add_task("switch", total=None)
+            store = stack.enter_context(
+                open_store(
+                    dsn,
+                    schema,
+                    embedder,
+                    reconfigure=reconfigure,
+                    reconfigure_progress=lambda i, t: bar.update(building, completed=i, total=t),
+                )
+            )
         start = queue_status(store.engine)
 
         def work() -> None:
@@ -216,9 +243,10 @@ def status(
                     else []
                 )
             checked = audit(engine) if check and revision is not None else None
+            head = head_revision()
+            building = switch_status(engine, schema) if revision == head else None
         finally:
             close_store_engine(engine)
-    head = head_revision()
     report = {
         "server": server.description,
         "schema": schema,
@@ -229,6 +257,9 @@ def status(
             {"scope": s, "lifecycle": lc, "documents": n, "chunks": c} for s, lc, n, c in counts
         ],
         "jobs": asdict(st) if st is not None else None,
+        "building": None
+        if building is None
+        else {**asdict(building), "since": building.since.isoformat()},
     }
     if checked is not None:
         report["audit"] = {"consistent": checked.consistent, "violations": checked.violations}
@@ -268,6 +299,15 @@ def status(
     for config_id, is_active, n in st.coverage:
         table.add_row(config_id, "yes" if is_active else "", str(n))
     console.print(table)
+    if building is not None:
+        eta = "-" if building.eta_seconds is None else f"{building.eta_seconds:.0f}s"
+        console.print(
+            f"building configuration {building.config_id} ({building.embedding_model}) beside "
+            f"the active one since {building.since:%Y-%m-%d %H:%M:%S}: {building.indexed} of "
+            f"{building.total} documents indexed, ETA {eta}; searches answer from the active "
+            "configuration until the switch",
+            highlight=False,
+        )
     if checked is not None:
         bad = {k: v for k, v in checked.violations.items() if v}
         console.print(

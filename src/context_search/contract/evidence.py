@@ -77,10 +77,13 @@ class SearchEvidence:
     that answered) under index configuration ``config_revision``; one entry per returned
     document, then one per remaining readable target of ``SearchQuery.targets``.
     ``served_by`` names that server when the connector knows it (``None`` otherwise, e.g.
-    in memory)."""
+    in memory). ``pending_config_revision`` names a configuration being built beside the
+    active one (a model change): until it covers every document and the index switches to
+    it, answers come from ``config_revision``."""
 
     observed_at: datetime
     config_revision: str
     documents: tuple[DocumentEvidence, ...]
     propagation: Propagation
     served_by: ServedBy | None = None
+    pending_config_revision: str | None = None

@@ -161,7 +161,8 @@ def _requested_config(
     if dim != embedder.dimension:
         raise RetrieverUnconfiguredError(
             f"embedder {embedder.model_id} has dimension {embedder.dimension}, but this "
-            f"schema stores vectors of dimension {dim}; use another schema",
+            f"schema stores vectors of dimension {dim}; pass reconfigure=True to rebuild the "
+            "index under this embedder (built beside the current one, then switched to)",
             details={"expected": dim, "got": embedder.dimension},
         )
     if (

@@ -20,7 +20,7 @@ that changes the index; always the primary).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from sqlalchemy import Engine
@@ -141,6 +141,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         exact_threshold: int = 2000,
         lexical_per_term: int = 1000,
         reconfigure: bool = False,
+        reconfigure_progress: Callable[[int, int], None] | None = None,
         connection: ConnectionSettings | None = None,
         query_cache_size: int = 1024,
         stage_timings: bool = False,
@@ -162,9 +163,15 @@ class PostgresSearchConnector(ReadSide, WriteSide):
 
         The embedder, chunking and text-search settings make up the index configuration. A
         schema has one active configuration; opening with different settings raises
-        ``RETRIEVER_UNCONFIGURED`` unless ``reconfigure=True``, which makes these settings
-        active for every process and queues re-embedding of all documents (until the jobs
-        ran, their evidence says ``pending``).
+        ``RETRIEVER_UNCONFIGURED`` unless ``reconfigure=True``, which builds the index under
+        these settings beside the active one (every document re-chunked and re-embedded in
+        a sibling schema, writes made meanwhile carried over) and then switches to it in
+        one transaction; ``open`` returns once the switch is done. Searches of every
+        process keep answering from the old configuration until then, their evidence
+        naming the one being built (``pending_config_revision``); afterwards a connector
+        still open with the old settings raises ``RETRIEVER_UNCONFIGURED`` instead of
+        mixing two models. A different dimension works the same way.
+        ``reconfigure_progress(indexed, total)`` follows the build (documents).
 
         ``connection`` sizes the connection pool and sets the time limits (defaults: see
         :class:`ConnectionSettings`; reads are limited to 30 s, a waiting call gives up after
@@ -221,6 +228,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             read_only=read_only,
             auto_migrate=auto_migrate,
             reconfigure=reconfigure,
+            reconfigure_progress=reconfigure_progress,
             chunk_bytes=chunk_bytes,
             chunk_overlap=chunk_overlap,
             text_search_config=text_search_config,

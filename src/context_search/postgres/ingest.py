@@ -20,6 +20,7 @@ from sqlalchemy.types import Integer, Text
 from context_search.contract import RecordOutcome
 from context_search.embedding import Embedder
 from context_search.postgres.bulk import COPY_MIN_CHUNKS, copy_chunks
+from context_search.postgres.gate import enter_write
 from context_search.postgres.prepare import IndexSettings, PreparedRecord, prepare, record_hash
 from context_search.text import Chunk
 
@@ -282,6 +283,7 @@ def write_batch(
     masks different fields — then they are removed, since they may hold what is now masked.
     Returns outcomes in input order, chunks written and embeddings computed.
     """
+    enter_write(conn, settings.revision)
     ids = [p.record.document_id for p in batch]
     superseded = {old for p in batch for old in p.record.supersedes}
     if superseded:

@@ -35,6 +35,7 @@ from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres import bulk
 from context_search.postgres.engine import translate_errors, write_attempts
+from context_search.postgres.gate import enter_write
 from context_search.postgres.ingest import (
     DELETE_CHUNKS,
     STATS_DELTA,
@@ -272,6 +273,7 @@ class JobWorker:
         prepared = self._prepare(index_ids) if index_ids else {}
         for attempt in write_attempts(self._engine, "reindex"):
             with attempt as conn:
+                enter_write(conn, self._settings.revision)
                 if any(j.attempts > self._max_attempts for j in jobs):
                     # Claimed again after its lease ran out too often: it kills its workers.
                     raise RuntimeError("job exceeded its attempts (lease expired repeatedly)")

@@ -87,6 +87,8 @@ class IndexConfigRow(Base):
     text_search_config: Mapped[str]
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    #: Set while this configuration is built beside the active one (migration 0008).
+    building_since: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
 class DocumentRow(Base):

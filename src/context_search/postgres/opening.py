@@ -11,7 +11,7 @@ failover, and it joins the rotation once it answers.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 from sqlalchemy import Engine, text
@@ -31,6 +31,7 @@ from context_search.postgres.ingest import IndexSettings
 from context_search.postgres.replicas import server_name
 from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.server import sqlalchemy_url
+from context_search.postgres.switch import switch_configuration
 
 __all__ = ["check_search_path", "open_primary", "open_replicas"]
 
@@ -48,6 +49,7 @@ def open_primary(
     chunk_bytes: int,
     chunk_overlap: int,
     text_search_config: str,
+    reconfigure_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Engine, IndexSettings]:
     """The engine of ``dsn`` (or the caller's ``engine``, which it keeps owning) and its
     active index settings (``PostgresSearchConnector.open``)."""
@@ -72,8 +74,20 @@ def open_primary(
         else:
             if auto_migrate is not False:
                 migrate(engine, schema=schema, dimension=embedder.dimension)
+            if reconfigure:
+                # Built beside the active configuration, which answers until the swap.
+                switch_configuration(
+                    engine,
+                    schema=schema,
+                    embedder=embedder,
+                    chunk_bytes=chunk_bytes,
+                    chunk_overlap=chunk_overlap,
+                    text_search_config=text_search_config,
+                    connection=connection,
+                    progress=reconfigure_progress,
+                )
             settings = activate_config(
-                engine, embedder, chunk_bytes, chunk_overlap, text_search_config, reconfigure
+                engine, embedder, chunk_bytes, chunk_overlap, text_search_config, False
             )
     except BaseException:
         if owned:

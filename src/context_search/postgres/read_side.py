@@ -9,7 +9,8 @@ the caller's commit token, or the primary), as the reader role with the caller's
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, bindparam, text
@@ -26,9 +27,15 @@ from context_search.contract import (
     ServedBy,
 )
 from context_search.embedding import GuardedEmbedder, embedder_scripts
-from context_search.errors import InvalidQueryError, NotFoundError
+from context_search.errors import (
+    BackendError,
+    InvalidQueryError,
+    NotFoundError,
+    RetrieverUnconfiguredError,
+)
 from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.postgres.cancel import Cancellation
+from context_search.postgres.prepare import IndexSettings
 from context_search.postgres.query_vectors import QueryVectors
 from context_search.postgres.replicas import CommitTokens, RoutedReadSessions
 from context_search.postgres.rows import SearchRows, context_document, index_state
@@ -66,6 +73,7 @@ class ReadSide:
     _statements: SearchStatements
     _query_vectors: QueryVectors
     _stage_timings: bool
+    _settings: IndexSettings
 
     @telemetry.get_document_span("postgres")
     def get_document(
@@ -213,13 +221,16 @@ class ReadSide:
         trace.stage("embed")
         plan, qvec, cached = self._prepare(vq, "search", cancel, timeout_s)
         trace.stage("connect")
-        with self._sessions.read(
-            vq.scopes,
-            "search",
-            cancel=cancel,
-            timeout_s=timeout_s,
-            tuning=self._statements.tuning(vq),
-        ) as s:
+        with (
+            _vectors_match(self._settings),
+            self._sessions.read(
+                vq.scopes,
+                "search",
+                cancel=cancel,
+                timeout_s=timeout_s,
+                tuning=self._statements.tuning(vq),
+            ) as s,
+        ):
             trace.stage("statement")
             rows = self._statements.fetch_candidates(s, vq, qvec, vector_weight=plan.vector_weight)
             trace.stage("evidence")
@@ -227,6 +238,7 @@ class ReadSide:
             trace.stage("commit")
         trace.stage("assembly")
         result = SearchRows(rows)
+        _require_config(self._settings, result.active_config)
         response = assemble_response(
             vq,
             result.ranking,
@@ -235,6 +247,7 @@ class ReadSide:
             hit_for=result.hit,
             readable={**result.index_states(), **{r.doc_id: index_state(r) for r in extra}},
             active_config=result.active_config,
+            pending_config=result.pending_config,
             observed_at=result.observed_at,
             propagation=result.propagation,
             notes=plan.notes,
@@ -283,23 +296,28 @@ class ReadSide:
         timeout_s: float | None,
     ) -> RankExplanation:
         plan, qvec, _ = self._prepare(vq, "explain", cancel, timeout_s)
-        with self._sessions.read(
-            vq.scopes,
-            "explain",
-            cancel=cancel,
-            timeout_s=timeout_s,
-            tuning=self._statements.tuning(vq),
-        ) as s:
+        with (
+            _vectors_match(self._settings),
+            self._sessions.read(
+                vq.scopes,
+                "explain",
+                cancel=cancel,
+                timeout_s=timeout_s,
+                tuning=self._statements.tuning(vq),
+            ) as s,
+        ):
             verdicts = fetch_verdicts(s, doc_id, vq)
             if verdicts is None:
                 raise NotFoundError("document not found")
             rows = self._statements.fetch_candidates(
                 s, vq, qvec, detail_limit=_EXPLAIN_DETAIL, vector_weight=plan.vector_weight
             )
+        result = SearchRows(rows)
+        _require_config(self._settings, result.active_config)
         return assemble_explanation(
             doc_id,
             vq,
-            SearchRows(rows).ranking,
+            result.ranking,
             lifecycle=Lifecycle(verdicts.lifecycle),
             filter_verdicts=[
                 (c.field, bool(getattr(verdicts, f"v{i}"))) for i, c in enumerate(vq.filters)
@@ -317,3 +335,26 @@ class ReadSide:
             return self._statements.fetch_plan(
                 s, vq, qvec, analyze=analyze, vector_weight=plan.vector_weight
             )
+
+
+def _require_config(settings: IndexSettings, active: str | None) -> None:
+    """The index switched to another configuration after this connector opened: its query
+    vectors belong to another model, so no answer it could give would be right."""
+    if active != settings.config_id:
+        raise RetrieverUnconfiguredError(
+            "the index configuration changed while this connector was open (another model "
+            "or chunking is active now); open the connector again with the active settings",
+            details={"connector_config": settings.config_id, "active_config": active},
+        )
+
+
+@contextmanager
+def _vectors_match(settings: IndexSettings) -> Iterator[None]:
+    """A query vector of another dimension than the index's (the index switched to a model
+    of another dimension) fails in pgvector before any row is read: the same typed error."""
+    try:
+        yield
+    except BackendError as exc:
+        if exc.details.get("sqlstate") == "22000" and "vector dimensions" in str(exc):
+            _require_config(settings, None)
+        raise

@@ -102,6 +102,7 @@ class SearchRows:
             filter_filtered=int(first.filter_filtered),
         )
         self.active_config = str(first.active_config)
+        self.pending_config = None if first.pending_config is None else str(first.pending_config)
         self.observed_at: datetime = first.observed_at
         self.propagation = Propagation(
             pending=int(first.jobs_pending),

@@ -300,6 +300,8 @@ _STATS = """
            (SELECT count(*) FROM vector) AS vector_pool,
            clock_timestamp() AS observed_at,
            (SELECT config_id FROM index_configs WHERE active) AS active_config,
+           (SELECT config_id FROM index_configs
+            WHERE building_since IS NOT NULL AND NOT active LIMIT 1) AS pending_config,
            jobs.*
     FROM (
         -- Propagation state over jobs about the caller's scopes only.

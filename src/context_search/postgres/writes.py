@@ -42,6 +42,7 @@ from context_search.errors import (
 )
 from context_search.postgres import bulk
 from context_search.postgres.engine import translate_errors, write_attempts
+from context_search.postgres.gate import enter_write
 from context_search.postgres.ingest import (
     LIFECYCLE_POSTINGS,
     STATS_DELTA,
@@ -306,6 +307,7 @@ class Writes:
         scope = validate_scope(new_scope)
         for attempt in write_attempts(self._engine, "rescope"):
             with attempt as conn:
+                enter_write(conn, None)
                 old = conn.execute(
                     text(
                         "SELECT permission_scope FROM documents "
@@ -352,6 +354,7 @@ class Writes:
         validate_gap(report)
         gap_id = gap_id_for(report)
         with translate_errors("report_gap"), self._engine.begin() as conn:
+            enter_write(conn, None)
             row = conn.execute(
                 text("""
                     INSERT INTO gaps (gap_id, query, scopes, reason, requester, details)
@@ -426,6 +429,7 @@ def _change_visibility(
 ) -> bool:
     """Delete or supersede ``doc_id`` in ``conn``'s transaction; ``False`` when it is
     already gone."""
+    enter_write(conn, None)
     # Both documents at once, in doc_id order like every writer (no deadlock
     # between two supersedes pointing at each other's documents).
     locked = {
