@@ -5,7 +5,9 @@ Suites: quality, latency, filtered, ingest, propagation, leakage, tokens, replic
 vs sync connector), plots, all;
 ``reliability`` (load + injected faults on its own restartable server; not part of ``all``);
 ``embedding`` (torch vs ONNX runtimes of the embedder, no server; not part of ``all``);
-``partitions`` (one global HNSW vs a table partitioned by scope, 1M chunks; not in ``all``).
+``partitions`` (one global HNSW vs a table partitioned by scope, 1M chunks; not in ``all``);
+``switch`` (a live model switch of 100k chunks while a client searches and one writes; not
+in ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
 """
@@ -40,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "suite", choices=(*SUITES, "plots", "all", "reliability", "embedding", "partitions")
+        "suite",
+        choices=(*SUITES, "plots", "all", "reliability", "embedding", "partitions", "switch"),
     )
     parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
     parser.add_argument(
@@ -61,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--filtered-chunks", type=int, default=100_000)
     parser.add_argument(
         "--partition-rows", type=int, default=1_000_000, help="Partitions suite: chunks."
+    )
+    parser.add_argument(
+        "--switch-chunks", type=int, default=100_000, help="Switch suite: chunks re-embedded."
     )
     parser.add_argument(
         "--tiny", action="store_true", help="Generated tiny dataset; scratch output."
@@ -115,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                 kwargs["rows"] = 3000 if args.tiny else args.partition_rows
                 if args.tiny:
                     kwargs["queries"] = 5
+            if suite == "switch":
+                kwargs["chunks"] = 300 if args.tiny else args.switch_chunks
             if suite == "ingest" and args.tiny:
                 kwargs["sample"] = 20
             if suite in ("propagation", "replica") and args.tiny:

@@ -39,4 +39,19 @@ def test_the_partitions_suite_runs_on_a_tiny_dataset(
         # Partition pruning leaves one small graph: the scope's exact answer comes back whole.
         assert level["partitioned"]["short"] == 0
         assert 0.0 <= level["global"]["recall@10"] <= 1.0
+        # The server's exact scan agrees with the NumPy reference.
+        assert level["exact"]["recall@10"] >= 0.99 and "Seq Scan" in level["exact"]["plan"]
     assert "<!-- bench:partitions -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+
+
+def test_the_switch_suite_runs_on_a_tiny_dataset(context_search_dsn: str, tmp_path: Path) -> None:
+    argv = ["switch", "--tiny", "--dsn", context_search_dsn, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "switch.json").read_text(encoding="utf-8"))
+    searches, writes = result["searches"], result["writes"]
+    # The searching client saw both configurations and nothing half built; no write was lost.
+    assert searches["failed"] == searches["half_built"] == 0
+    assert searches["during_without_pending_config"] == 0
+    assert writes["lost"] == writes["failed"] == 0 and writes["written"] > 0
+    assert searches["after"] > 0 and searches["reopened"] == 1
+    assert "<!-- bench:switch -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")

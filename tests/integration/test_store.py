@@ -560,3 +560,32 @@ def test_config_change_is_built_then_switched_to(
         back = again.search(query).evidence
         assert back.config_revision == before.config_revision
         assert [d.freshness for d in back.documents] == ["fresh"]
+
+
+def test_connectors_opened_at_once_in_threads_all_migrate_and_open(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    """Alembic's migration context is module-global state: connectors opening together in
+    one process (a service's workers at start-up) must not run each other's migrations."""
+    import threading
+
+    errors: list[BaseException] = []
+    opened: list[str] = []
+    start = threading.Barrier(4)
+
+    def open_one() -> None:
+        try:
+            start.wait()
+            with PostgresSearchConnector.open(
+                context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
+            ) as store:
+                opened.append(store.index_settings.config_id)
+        except BaseException as exc:  # collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(opened) == 4 and len(set(opened)) == 1

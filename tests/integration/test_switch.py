@@ -219,3 +219,28 @@ def test_a_second_switch_of_the_same_index_is_refused_while_one_runs(
 
     _switch(live, progress=during)
     assert refused == ["switch_in_progress"]
+
+
+def test_a_worker_of_the_old_configuration_stops_without_failing_jobs(
+    context_search_dsn: str,
+    context_search_schema: str,
+    live: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    old_worker = live.worker()
+    _switch(live)
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=NEW, schema=context_search_schema
+    ) as switched:
+        switched.upsert([_doc(970, body="Pulsar gasket spec.")], defer_indexing=True)
+        # Past its start-of-drain check (as if the swap landed mid-drain), the gate stops it.
+        monkeypatch.setattr(old_worker, "_check_config", lambda: None)
+        with pytest.raises(RetrieverUnconfiguredError):
+            old_worker.drain()
+        rows = _rows(
+            context_search_dsn,
+            sql.SQL("SELECT status, last_error FROM {} WHERE doc_id = 'd00970'").format(
+                sql.Identifier(context_search_schema, "index_jobs")
+            ),
+        )
+        assert rows and all(status != "failed" and error is None for status, error in rows)

@@ -16,8 +16,10 @@ so a stalled client cannot hold locks; searches set their own, shorter limit.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -305,9 +307,12 @@ def alembic_config(
 def migrate(
     engine: Engine, *, schema: str = DEFAULT_SCHEMA, revision: str = "head", dimension: int = 384
 ) -> None:
-    """Upgrade the schema to ``revision`` in one transaction per migration."""
+    """Upgrade the schema to ``revision`` in one transaction per migration (nothing to do,
+    and no migration environment started, when it is at the package's head already)."""
+    if revision == "head" and current_revision(engine, schema=schema) == head_revision():
+        return
     cfg = alembic_config(schema=schema, dimension=dimension)
-    with translate_errors("migrate"), engine.connect() as conn:
+    with _ALEMBIC, translate_errors("migrate"), engine.connect() as conn:
         # Index builds on a large table may outlast the connection's statement backstop.
         conn.execute(text("SET LOCAL statement_timeout = 0"))
         cfg.attributes["connection"] = conn
@@ -317,12 +322,18 @@ def migrate(
 
 def downgrade(engine: Engine, *, schema: str = DEFAULT_SCHEMA, revision: str = "base") -> None:
     cfg = alembic_config(schema=schema)
-    with translate_errors("downgrade"), engine.connect() as conn:
+    with _ALEMBIC, translate_errors("downgrade"), engine.connect() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, revision)
         conn.commit()
 
 
+#: Alembic's migration context and ``op`` are module-level proxies: two threads migrating at
+#: once (two connectors opening together) would run each other's operations.
+_ALEMBIC = threading.Lock()
+
+
+@functools.cache
 def head_revision() -> str:
     """The newest migration shipped with this version of the package."""
     from alembic.script import ScriptDirectory

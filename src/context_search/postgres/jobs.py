@@ -234,6 +234,10 @@ class JobWorker:
             self._execute(jobs)
         except LeaseLost:
             return 0, 0, 0
+        except RetrieverUnconfiguredError:
+            # The index switched configuration under this worker: the jobs are not at fault
+            # (their leases run out and a worker of the new configuration takes them).
+            raise
         except Exception as exc:
             if len(jobs) == 1:
                 return self._record_failure(jobs[0], exc)
@@ -244,6 +248,8 @@ class JobWorker:
                     done += 1
                 except LeaseLost:
                     continue
+                except RetrieverUnconfiguredError:
+                    raise
                 except Exception as one:
                     _, r, f = self._record_failure(job, one)
                     retried, failed = retried + r, failed + f
