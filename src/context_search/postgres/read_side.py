@@ -221,16 +221,7 @@ class ReadSide:
         trace.stage("embed")
         plan, qvec, cached = self._prepare(vq, "search", cancel, timeout_s)
         trace.stage("connect")
-        with (
-            _vectors_match(self._settings),
-            self._sessions.read(
-                vq.scopes,
-                "search",
-                cancel=cancel,
-                timeout_s=timeout_s,
-                tuning=self._statements.tuning(vq),
-            ) as s,
-        ):
+        with self._ranking_session(vq, "search", cancel, timeout_s) as s:
             trace.stage("statement")
             rows = self._statements.fetch_candidates(s, vq, qvec, vector_weight=plan.vector_weight)
             trace.stage("evidence")
@@ -259,6 +250,23 @@ class ReadSide:
         return dataclasses.replace(
             response, stats=dataclasses.replace(response.stats, timings=timings)
         )
+
+    @contextmanager
+    def _ranking_session(
+        self, vq: ValidQuery, action: str, cancel: Cancellation | None, timeout_s: float | None
+    ) -> Iterator[Any]:
+        """The read session a ranking statement runs in (search and explain)."""
+        with (
+            _vectors_match(self._settings),
+            self._sessions.read(
+                vq.scopes,
+                action,
+                cancel=cancel,
+                timeout_s=timeout_s,
+                tuning=self._statements.tuning(vq),
+            ) as session,
+        ):
+            yield session
 
     @telemetry.explain_span("postgres")
     def explain(
@@ -296,16 +304,7 @@ class ReadSide:
         timeout_s: float | None,
     ) -> RankExplanation:
         plan, qvec, _ = self._prepare(vq, "explain", cancel, timeout_s)
-        with (
-            _vectors_match(self._settings),
-            self._sessions.read(
-                vq.scopes,
-                "explain",
-                cancel=cancel,
-                timeout_s=timeout_s,
-                tuning=self._statements.tuning(vq),
-            ) as s,
-        ):
+        with self._ranking_session(vq, "explain", cancel, timeout_s) as s:
             verdicts = fetch_verdicts(s, doc_id, vq)
             if verdicts is None:
                 raise NotFoundError("document not found")

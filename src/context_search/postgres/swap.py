@@ -33,6 +33,22 @@ _DIFF = """
 """
 
 
+_HAND_OVER = (
+    (
+        "SELECT privilege_type, table_name FROM information_schema.role_table_grants "
+        "WHERE table_schema = %s AND grantee = %s",
+        "GRANT {} ON {} TO {}",
+        True,  # a privilege is a keyword (SELECT), not a name
+    ),
+    (
+        "SELECT policyname, tablename FROM pg_policies "
+        "WHERE schemaname = %s AND CAST(%s AS name) = ANY(roles)",
+        "ALTER POLICY {} ON {} TO {}",
+        False,
+    ),
+)
+
+
 def columns(raw: Any, schema: str, table: str) -> list[str]:
     rows = raw.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = CAST(%s AS regclass) "
@@ -70,28 +86,12 @@ def swap_schemas(raw: Any, schema: str, shadow: str, retired: str) -> int:
         raw.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(live, sql.Identifier(retired)))
         raw.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(shadow), live))
         raw.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(live, reader))
-        grants = raw.execute(
-            "SELECT table_name, privilege_type FROM information_schema.role_table_grants "
-            "WHERE table_schema = %s AND grantee = %s",
-            (schema, next_reader),
-        ).fetchall()
-        for table, privilege in grants:
-            raw.execute(
-                sql.SQL("GRANT {} ON {} TO {}").format(
-                    sql.SQL(str(privilege)), sql.Identifier(schema, table), reader
-                )
-            )
-        policies = raw.execute(
-            "SELECT policyname, tablename FROM pg_policies "
-            "WHERE schemaname = %s AND CAST(%s AS name) = ANY(roles)",
-            (schema, next_reader),
-        ).fetchall()
-        for policy, table in policies:
-            raw.execute(
-                sql.SQL("ALTER POLICY {} ON {} TO {}").format(
-                    sql.Identifier(policy), sql.Identifier(schema, table), reader
-                )
-            )
+        # What the build's reader role may read, and the policies naming it, go to the
+        # index's own reader role.
+        for catalog, statement, keyword in _HAND_OVER:
+            for name, table in raw.execute(catalog, (schema, next_reader)).fetchall():
+                what = sql.SQL(str(name)) if keyword else sql.Identifier(name)
+                raw.execute(sql.SQL(statement).format(what, sql.Identifier(schema, table), reader))
         _rename_in_functions(raw, schema, shadow)
         _carry_tables(raw, schema, retired)
         raw.execute(
