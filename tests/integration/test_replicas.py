@@ -354,3 +354,40 @@ def test_async_reads_use_the_replica_and_wait_for_a_token_without_stalling_the_l
                 assert {h.doc_id for h in fresh.hits} == {"one", "two"}
 
     asyncio.run(main())
+
+
+def test_a_replica_behind_a_configuration_switch_hands_the_search_to_the_primary(
+    split: PostgresSearchConnector,
+    context_search_dsn: str,
+    context_search_replica_dsn: str,
+    context_search_schema: str,
+) -> None:
+    """Until a standby replays the swap it holds the old configuration: a connector opened
+    with the new one is answered by the primary, not refused and not answered wrongly."""
+    from context_search.postgres.switch import switch_configuration
+
+    query = SearchQuery(query="aurora", allowed_scopes=["team"])
+    token = split.upsert([_doc("runbook")]).commit_token
+    assert split.search(query, consistent_with=token).evidence.served_by.role == "replica"
+    new = HashingEmbedder(256)
+    with paused(context_search_replica_dsn):
+        report = switch_configuration(
+            split.engine,
+            schema=context_search_schema,
+            embedder=new,
+            chunk_bytes=1200,
+            chunk_overlap=200,
+            text_search_config="english",
+        )
+        assert report is not None
+        with PostgresSearchConnector.open(
+            context_search_dsn,
+            schema=context_search_schema,
+            embedder=new,
+            read_dsns=[context_search_replica_dsn],
+        ) as switched:
+            resp = switched.search(query)
+            assert [h.doc_id for h in resp.hits] == ["runbook"]
+            assert resp.evidence.config_revision == report.to_config
+            assert resp.evidence.served_by is not None
+            assert resp.evidence.served_by.role == "primary"

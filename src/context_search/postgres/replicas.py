@@ -39,7 +39,12 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.util.concurrency import await_, in_greenlet
 
 from context_search.contract import ServedBy
-from context_search.errors import BackendError, BackendUnavailableError, IndexStaleError
+from context_search.errors import (
+    BackendError,
+    BackendUnavailableError,
+    IndexStaleError,
+    RetrieverUnconfiguredError,
+)
 from context_search.postgres.cancel import Cancellation
 from context_search.postgres.engine import translate_errors
 from context_search.postgres.routing import PRIMARY, ReplicaSettings, Router, consistency_step
@@ -210,6 +215,7 @@ class RoutedReadSessions:
         started = self._clock()
         stale = False
         failure: BackendError | BackendUnavailableError | None = None
+        unconfigured: RetrieverUnconfiguredError | None = None
         for name in self._router.candidates(started):
             if name == PRIMARY:
                 break
@@ -220,6 +226,12 @@ class RoutedReadSessions:
                     stale = True
                     continue
                 result = self._on(replica.sessions, call)
+            except RetrieverUnconfiguredError as exc:
+                # Another configuration is active there: the replica has not replayed a
+                # configuration switch yet (or this connector is the stale one, and every
+                # server says so). It stays in rotation; the next server decides.
+                unconfigured = exc
+                continue
             except (BackendError, BackendUnavailableError, _NotAStandby) as exc:
                 failure = self._failed(name, exc) or failure
                 continue
@@ -239,9 +251,13 @@ class RoutedReadSessions:
             )
         if self._settings.fallback_to_primary or (token is not None and on_stale == "primary"):
             return self._on(self._primary, call), self._primary_served(waited)
-        raise failure or BackendUnavailableError(
-            f"{action}: no replica is available and fallback_to_primary is off",
-            details={"replicas": len(self._replicas)},
+        raise (
+            unconfigured
+            or failure
+            or BackendUnavailableError(
+                f"{action}: no replica is available and fallback_to_primary is off",
+                details={"replicas": len(self._replicas)},
+            )
         )
 
     def _await_replay(self, replica: Replica, token: int | None, started: float) -> _Probe | None:
