@@ -244,3 +244,29 @@ def test_a_worker_of_the_old_configuration_stops_without_failing_jobs(
             ),
         )
         assert rows and all(status != "failed" and error is None for status, error in rows)
+
+
+def test_writers_wait_at_the_gate_the_switch_closes(
+    context_search_dsn: str, context_search_schema: str, live: PostgresSearchConnector
+) -> None:
+    """The switch and the writers compute the gate's key on two sides: they must agree, or
+    a writer could slip into the retired schema during the swap."""
+    import threading
+
+    from context_search.postgres.gate import GATE, lock_key
+
+    finished = threading.Event()
+    with psycopg.connect(context_search_dsn, autocommit=True) as conn:
+        key = lock_key(conn, context_search_schema, GATE)
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        writer = threading.Thread(
+            target=lambda: (live.upsert([_doc(980)]), finished.set()), daemon=True
+        )
+        writer.start()
+        assert not finished.wait(1.0)  # held at the gate
+        results = live.search(_q("turbine"))  # searches do not wait
+        assert len(results.hits) == 10
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    assert finished.wait(10.0)
+    writer.join()
+    assert live.get_document("d00980", ["team"]) is not None

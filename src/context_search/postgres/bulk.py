@@ -40,7 +40,7 @@ from psycopg.adapt import Dumper, PyFormat
 from psycopg.pq import Format
 from sqlalchemy import Connection, Engine, text
 
-from context_search.postgres.engine import translate_errors
+from context_search.postgres.engine import autocommit_session, translate_errors
 
 if TYPE_CHECKING:
     from context_search.postgres.ingest import ChunkSource
@@ -288,22 +288,15 @@ def _noted(raw: Any) -> dict[str, str]:
 @contextmanager
 def _ddl_session(engine: Engine, action: str) -> Iterator[Any]:
     """An autocommit connection holding the load lock; yields None if another holds it."""
-    with translate_errors(action), engine.connect() as sa_conn:
-        raw = sa_conn.connection.driver_connection
-        assert raw is not None
-        raw.rollback()
-        raw.autocommit = True
+    with autocommit_session(engine, action) as raw:
+        key = _lock_key(raw)
+        if not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            yield None
+            return
         try:
-            key = _lock_key(raw)
-            if not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-                yield None
-                return
-            try:
-                yield raw
-            finally:
-                raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            yield raw
         finally:
-            raw.autocommit = False
+            raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 def _count(raw: Any) -> int:

@@ -57,6 +57,7 @@ from context_search.validation import MAX_SAFE_INT
 __all__ = [
     "ConnectionSettings",
     "alembic_config",
+    "autocommit_session",
     "close_store_engine",
     "create_store_engine",
     "current_revision",
@@ -436,6 +437,21 @@ class _Attempt:
             raise
         self.succeeded = et is None
         return suppressed
+
+
+@contextmanager
+def autocommit_session(engine: Engine, action: str) -> Iterator[Any]:
+    """The psycopg connection of a pooled connection, in autocommit (DDL that must run
+    outside a transaction, session-level advisory locks), handed back in transaction mode."""
+    with translate_errors(action), engine.connect() as sa_conn:
+        raw = sa_conn.connection.driver_connection
+        assert raw is not None
+        raw.rollback()
+        raw.autocommit = True
+        try:
+            yield raw
+        finally:
+            raw.autocommit = False
 
 
 def write_attempts(engine: Engine, action: str, *, tries: int = 4) -> Iterator[_Attempt]:

@@ -11,19 +11,28 @@ models in one index.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection, text
 
 from context_search.errors import RetrieverUnconfiguredError
 
-__all__ = ["SWITCH_LOCK_KEY", "enter_write"]
+__all__ = ["GATE", "enter_write", "lock_key"]
 
-#: The lock key of schema ``:schema`` (same expression on both sides of the gate).
-SWITCH_LOCK_KEY = "hashtextextended(CAST(:schema AS text) || '/config-switch', 0)"
+#: The gate's purpose in its lock key (``lock_key(raw, schema, GATE)`` on the switch's side).
+GATE = "config-switch"
 
 _SHARED = text(
-    "SELECT pg_advisory_xact_lock_shared(hashtextextended(current_schema() || '/config-switch', 0))"
+    f"SELECT pg_advisory_xact_lock_shared(hashtextextended(current_schema() || '/{GATE}', 0))"
 )
 _ACTIVE = text("SELECT revision FROM index_configs WHERE active")
+
+
+def lock_key(raw: Any, schema: str, purpose: str) -> int:
+    """The advisory lock key of ``purpose`` on index ``schema``, computed by the server the
+    way writers compute the gate's (``raw``: a psycopg connection)."""
+    row = raw.execute("SELECT hashtextextended(%s || '/' || %s, 0)", (schema, purpose)).fetchone()
+    return int(row[0])
 
 
 def enter_write(conn: Connection, revision: int | None) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "DELETE_CHUNKS",
     "ENQUEUE_INDEX",
     "LIFECYCLE_POSTINGS",
+    "LOCK_DOCS",
     "STATS_DELTA",
     "SYNC_COPIES",
     "ChunkSource",
@@ -157,7 +158,8 @@ DELETE_CHUNKS = text(
     "DELETE FROM postings WHERE chunk_id IN (SELECT chunk_id FROM c)"
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
-_LOCK_DOCS = text(
+#: Documents locked in doc_id order, the order every writer follows.
+LOCK_DOCS = text(
     "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
@@ -289,7 +291,7 @@ def write_batch(
     if superseded:
         # Documents this batch supersedes are locked with the batch's own, in doc_id order,
         # before any counter is touched: the order every writer follows.
-        conn.execute(_LOCK_DOCS, {"ids": sorted(superseded | set(ids))})
+        conn.execute(LOCK_DOCS, {"ids": sorted(superseded | set(ids))})
     existing = {
         row.doc_id: row
         for row in conn.execute(

@@ -36,17 +36,25 @@ from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres.config import activate_config
 from context_search.postgres.engine import (
     ConnectionSettings,
+    autocommit_session,
     close_store_engine,
     create_store_engine,
     head_revision,
     migrate,
     translate_errors,
 )
-from context_search.postgres.gate import SWITCH_LOCK_KEY
-from context_search.postgres.ingest import DELETE_CHUNKS, STATS_DELTA, IndexSettings
+from context_search.postgres.gate import GATE, lock_key
+from context_search.postgres.ingest import (
+    DELETE_CHUNKS,
+    ENQUEUE_INDEX,
+    LOCK_DOCS,
+    STATS_DELTA,
+    IndexSettings,
+)
 from context_search.postgres.jobs import JobWorker
 from context_search.postgres.swap import (
     changed_documents,
+    columns,
     copy_rows,
     drop_retired,
     swap_schemas,
@@ -112,11 +120,6 @@ def sibling_names(schema: str) -> tuple[str, str]:
     return f"{schema[:37]}__next_{tag}", f"{schema[:38]}__old_{tag}"
 
 
-def _build_lock(schema: str) -> int:
-    digest = hashlib.sha256(f"{schema}:config-build".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
 def switch_status(engine: Engine, schema: str) -> SwitchStatus | None:
     """The configuration being built for ``schema``, with its progress, or ``None``."""
     shadow, _ = sibling_names(schema)
@@ -180,7 +183,8 @@ def switch_configuration(
     )
     shadow, retired = sibling_names(schema)
     with _session(engine) as raw:
-        if not raw.execute("SELECT pg_try_advisory_lock(%s)", (_build_lock(schema),)).fetchone()[0]:
+        building = lock_key(raw, schema, "config-build")
+        if not raw.execute("SELECT pg_try_advisory_lock(%s)", (building,)).fetchone()[0]:
             raise RetrieverUnconfiguredError(
                 "another process is switching this index's configuration",
                 details={"reason": "switch_in_progress", "schema": schema},
@@ -209,17 +213,17 @@ def switch_configuration(
                     if len(changed) <= FINAL_ROUND_MAX:
                         break
                     rounds, caught_up = rounds + 1, caught_up + len(changed)
-                    _carry_over(next_engine, schema, settings, changed)
+                    _carry_over(next_engine, build, settings.revision, changed)
                     _index(next_engine, worker, settings, progress)
                 # The last round and the swap behind the write gate: writers wait at the
                 # gate (before resolving any table), searches go on.
-                gate = _gate_key(raw, schema)
+                gate = lock_key(raw, schema, GATE)
                 gated = time.monotonic()
                 raw.execute("SELECT pg_advisory_lock(%s)", (gate,))
                 try:
                     changed = changed_documents(raw, schema, shadow)
                     rounds, caught_up = rounds + 1, caught_up + len(changed)
-                    _carry_over(next_engine, schema, settings, changed)
+                    _carry_over(next_engine, build, settings.revision, changed)
                     _index(next_engine, worker, settings, progress)
                     documents = swap_schemas(raw, schema, shadow, retired)
                 finally:
@@ -229,7 +233,7 @@ def switch_configuration(
                 close_store_engine(next_engine)
             drop_retired(raw, retired, shadow)
         finally:
-            raw.execute("SELECT pg_advisory_unlock(%s)", (_build_lock(schema),))
+            raw.execute("SELECT pg_advisory_unlock(%s)", (building,))
     return SwitchReport(
         from_config=str(active[0]),
         to_config=target,
@@ -245,23 +249,12 @@ def switch_configuration(
 @contextmanager
 def _session(engine: Engine) -> Iterator[Any]:
     """An autocommit psycopg connection of ``engine`` (its search_path is the live schema)."""
-    with translate_errors("switch configuration"), engine.connect() as sa_conn:
-        raw = sa_conn.connection.driver_connection
-        assert raw is not None
-        raw.rollback()
-        raw.autocommit = True
+    with autocommit_session(engine, "switch configuration") as raw:
         raw.execute("SET statement_timeout = 0")
         try:
             yield raw
         finally:
             raw.execute("RESET statement_timeout")
-            raw.autocommit = False
-
-
-def _gate_key(raw: Any, schema: str) -> int:
-    """The write gate's lock key for ``schema``, computed by the server as writers do."""
-    query = "SELECT " + SWITCH_LOCK_KEY.replace(":schema", "%s")
-    return int(raw.execute(query, (schema,)).fetchone()[0])
 
 
 def _abandon(raw: Any, shadow: str) -> None:
@@ -332,61 +325,46 @@ def _prepare_shadow(
                     sql.Identifier(shadow, "index_configs")
                 )
             )
-    settings = activate_config(next_engine, embedder, *chunking, reconfigure=True)
-    if fresh:
-        _carry_over(next_engine, build.schema, settings, None)
-    return settings
-
-
-_QUEUE = """
-    INSERT INTO index_jobs (kind, doc_id, config_revision, scopes)
-    SELECT 'index', d.doc_id, :revision, ARRAY[d.permission_scope] FROM documents d
-    WHERE d.lifecycle <> 'deleted' AND d.indexed_config_revision IS NULL {only}
-    ORDER BY d.doc_id
-    ON CONFLICT (doc_id) WHERE kind = 'index' AND status = 'pending' DO NOTHING
-"""
-_LOCK = "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
-_DOC_COLUMNS = (
-    "SELECT attname FROM pg_attribute WHERE attrelid = CAST('documents' AS regclass) "
-    "AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
-)
+        _carry_over(next_engine, build, None, None)
+    # Activating queues an index job for every document not indexed under it: all of them
+    # after a fresh copy, the rest after an interrupted build.
+    return activate_config(next_engine, embedder, *chunking, reconfigure=True)
 
 
 def _carry_over(
-    next_engine: Engine, schema: str, settings: IndexSettings, doc_ids: list[str] | None
+    next_engine: Engine, build: _Build, revision: int | None, doc_ids: list[str] | None
 ) -> None:
     """Copy the live rows of ``doc_ids`` (every document when ``None``) into the new schema
-    as they are — revisions, masks and lifecycle included — drop what the new schema had
-    built for them, and queue them for indexing under the new configuration."""
+    as they are — revisions, masks and lifecycle included — with nothing indexed yet; for
+    ``doc_ids``, drop what the new schema had built for them and queue them for indexing
+    under ``revision``."""
     if doc_ids is not None and not doc_ids:
         return
-    ids = bindparam("ids", type_=ARRAY(Text))
-    params: dict[str, Any] = {"revision": settings.revision}
-    if doc_ids is not None:
-        params["ids"] = doc_ids
     with translate_errors("switch configuration"), next_engine.begin() as conn:
-        cols = [str(r[0]) for r in conn.execute(text(_DOC_COLUMNS))]
+        cols = columns(conn.connection.driver_connection, build.shadow, "documents")
         reset = {"indexed_content_id", "indexed_config_revision"}
-        select = sql.SQL(", ").join(
-            sql.SQL("NULL") if c in reset else sql.Identifier("l", c) for c in cols
-        )
         insert = sql.SQL("INSERT INTO documents ({}) SELECT {} FROM {} l").format(
             sql.SQL(", ").join(map(sql.Identifier, cols)),
-            select,
-            sql.Identifier(schema, "documents"),
+            sql.SQL(", ").join(
+                sql.SQL("NULL") if c in reset else sql.Identifier("l", c) for c in cols
+            ),
+            sql.Identifier(build.schema, "documents"),
         )
         if doc_ids is None:
             conn.execute(text(insert.as_string()))
-            conn.execute(text(_QUEUE.format(only="")), params)
             return
-        conn.execute(text(_LOCK).bindparams(ids), params)
+        ids = bindparam("ids", type_=ARRAY(Text))
+        conn.execute(LOCK_DOCS, {"ids": doc_ids})
         conn.execute(STATS_DELTA, {"ids": doc_ids, "sign": -1})
         conn.execute(DELETE_CHUNKS, {"ids": doc_ids})
-        conn.execute(text("DELETE FROM documents WHERE doc_id = ANY(:ids)").bindparams(ids), params)
         conn.execute(
-            text(insert.as_string() + " WHERE l.doc_id = ANY(:ids)").bindparams(ids), params
+            text("DELETE FROM documents WHERE doc_id = ANY(:ids)").bindparams(ids), {"ids": doc_ids}
         )
-        conn.execute(text(_QUEUE.format(only="AND d.doc_id = ANY(:ids)")).bindparams(ids), params)
+        conn.execute(
+            text(insert.as_string() + " WHERE l.doc_id = ANY(:ids)").bindparams(ids),
+            {"ids": doc_ids},
+        )
+        conn.execute(ENQUEUE_INDEX, {"ids": doc_ids, "revision": revision})
 
 
 def _index(
