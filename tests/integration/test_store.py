@@ -44,7 +44,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
     try:
         assert current_revision(engine, schema=context_search_schema) is None
         migrate(engine, schema=context_search_schema)
-        assert current_revision(engine, schema=context_search_schema) == "0008"
+        assert current_revision(engine, schema=context_search_schema) == "0009"
         assert {"documents", "chunks", "gaps", "index_configs", "index_jobs"} <= _tables(
             context_search_dsn, context_search_schema
         )
@@ -74,7 +74,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
         downgrade(engine, schema=context_search_schema)
         assert _tables(context_search_dsn, context_search_schema) == {"alembic_version"}
         migrate(engine, schema=context_search_schema)
-        assert current_revision(engine, schema=context_search_schema) == "0008"
+        assert current_revision(engine, schema=context_search_schema) == "0009"
     finally:
         close_store_engine(engine)
 

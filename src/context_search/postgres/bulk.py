@@ -70,7 +70,7 @@ DEFER_RATIO = 0.25
 #: catalog before the drop and kept in the comment of ``chunks`` until they are built again,
 #: so a process killed in between leaves a note of exactly what to rebuild.
 VECTOR_INDEX = "ix_chunks_embedding_hnsw"
-LEXICAL_INDEXES = ("ix_chunks_tsv_gin", "ix_postings_lexeme_impact")
+LEXICAL_INDEXES = ("ix_chunks_tsv_gin", "ix_postings_lexeme_scope_impact")
 DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
 _MARKER = "context-search deferred index builds: "
 
@@ -282,7 +282,10 @@ def _noted(raw: Any) -> dict[str, str]:
     text_ = row[0] if row else None
     if not text_ or not str(text_).startswith(_MARKER):
         return {}
-    return {str(k): str(v) for k, v in json.loads(str(text_)[len(_MARKER) :]).items()}
+    # Only indexes the schema still has: a note left before a migration replaced an index
+    # must not build the old one again.
+    noted = json.loads(str(text_)[len(_MARKER) :]).items()
+    return {str(k): str(v) for k, v in noted if k in DEFERRABLE}
 
 
 @contextmanager

@@ -247,11 +247,15 @@ class PostingRow(Base):
 
     __tablename__ = "postings"
     __table_args__ = (
+        # Impact order within each (lexeme, scope, lifecycle): the lexical arm reads the
+        # strongest postings of each group the caller may see (migration 0009).
         Index(
-            "ix_postings_lexeme_impact",
+            "ix_postings_lexeme_scope_impact",
             "lexeme",
+            "permission_scope",
+            "lifecycle",
             text("impact DESC"),
-            postgresql_include=["chunk_id", "permission_scope", "lifecycle"],
+            postgresql_include=["chunk_id"],
         ),
     )
 

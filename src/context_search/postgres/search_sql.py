@@ -104,16 +104,26 @@ _IDF = """
 _CANDIDATES = """
     -- Stage 1, postings alone: the strongest postings of each term (impact order), scored
     -- by idf x impact (BM25's tf part at a reference length). Work is bounded by the
-    -- query, not by how many chunks contain a common word.
+    -- query, not by how many chunks contain a common word, nor by how many of them belong
+    -- to scopes the caller may not see: postings are in impact order within each (lexeme,
+    -- scope, lifecycle) group, every visible group that holds the term (its counter in
+    -- term_stats) gives at most the term's bound, and the strongest of those are kept.
     SELECT top.chunk_id, bool_and(top.lifecycle = ANY(CAST(:lifecycles AS text[])))
                AS lifecycle_ok,
            sum(i.idf * top.impact) AS approx
     FROM idf i
     CROSS JOIN LATERAL (
-        SELECT p.chunk_id, p.impact, p.lifecycle FROM postings p
-        WHERE p.lexeme = i.lexeme AND p.permission_scope = ANY(CAST(:scopes AS text[]))
-          AND p.lifecycle <> 'deleted'
-        ORDER BY p.impact DESC
+        SELECT g.chunk_id, g.impact, s.lifecycle FROM term_stats s
+        CROSS JOIN LATERAL (
+            SELECT p.chunk_id, p.impact FROM postings p
+            WHERE p.lexeme = s.lexeme AND p.permission_scope = s.permission_scope
+              AND p.lifecycle = s.lifecycle
+            ORDER BY p.impact DESC
+            LIMIT i.bound
+        ) AS g
+        WHERE s.lexeme = i.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
+          AND s.lifecycle <> 'deleted' AND s.df > 0
+        ORDER BY g.impact DESC
         LIMIT i.bound
     ) AS top
     GROUP BY top.chunk_id

@@ -1,0 +1,94 @@
+"""The lexical arm's work is bounded by what the caller may see, not by what other scopes
+hold: a caller whose scope holds a few of a common term's chunks reads those postings, not
+the term's postings in every scope in impact order until enough visible ones turn up."""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import text
+
+from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
+from context_search.postgres import PostgresSearchConnector
+from context_search.validation import validate_query
+
+_ROWS = re.compile(r"actual time=\S+ rows=([\d.]+) loops=(\d+)")
+
+
+def _postings_scans(plan: list[str]) -> list[tuple[float, list[str]]]:
+    """Each plan node reading ``postings``: rows it returned (rows x loops) and its detail
+    lines (filters, rows removed)."""
+    scans: list[tuple[float, list[str]]] = []
+    for i, line in enumerate(plan):
+        if " on postings " not in line:
+            continue
+        m = _ROWS.search(line)
+        assert m, line
+        detail = []
+        for nxt in plan[i + 1 :]:
+            if "->" in nxt:
+                break
+            detail.append(nxt.strip())
+        scans.append((float(m.group(1)) * int(m.group(2)), detail))
+    return scans
+
+
+def _plan(c: PostgresSearchConnector, query: SearchQuery) -> list[str]:
+    """The search statement under EXPLAIN ANALYZE, as the connector would run it."""
+    vq = validate_query(query)
+    statements = c._statements
+    with c._sessions.read(vq.scopes, "search", tuning=statements.tuning(vq)) as session:
+        rows = statements.fetch_candidates(
+            session, vq, c._embedder.embed_query(vq.text), plan="analyze"
+        )
+    return [str(r[0]) for r in rows]
+
+
+def test_each_visible_scope_gives_at_most_the_bound(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    crowd = [
+        ContextDocumentRecord(
+            document_id=f"big-{i}",
+            body=f"glacier glacier glacier survey {i}",
+            permission_scope="big",
+        )
+        for i in range(1000)
+    ]
+    few = [
+        ContextDocumentRecord(
+            document_id=f"tiny-{i}",
+            body=f"one glacier among many other words of a longer note number {i}",
+            permission_scope="tiny",
+        )
+        for i in range(3)
+    ]
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=context_search_schema,
+        embedder=HashingEmbedder(),
+        lexical_per_term=50,
+    ) as c:
+        c.upsert([*crowd, *few])
+        with c.engine.begin() as conn:  # statistics as after a large load (which analyzes)
+            conn.execute(text("ANALYZE postings, term_stats"))
+
+        narrow = SearchQuery(query="glacier", allowed_scopes=["tiny"], top_k=10)
+        resp = c.search(narrow)
+        assert sorted(h.doc_id for h in resp.hits) == ["tiny-0", "tiny-1", "tiny-2"]
+        assert resp.stats.lexical_matches == 3
+        # The "big" scope's 1,000 stronger postings of the term are never read, not even
+        # to be filtered out.
+        plan = _plan(c, narrow)
+        scans = _postings_scans(plan)
+        assert scans, "\n".join(plan)
+        assert sum(rows for rows, _ in scans) <= 3, "\n".join(plan)
+        removed = [d for _, detail in scans for d in detail if "Removed by Filter" in d]
+        assert not removed, "\n".join(plan)
+
+        # Both scopes: the strongest postings first, and each group stops at the bound
+        # (50 + 3 read), rather than every visible posting sorted.
+        wide = SearchQuery(query="glacier", allowed_scopes=["big", "tiny"], top_k=5)
+        assert all(h.doc_id.startswith("big-") for h in c.search(wide).hits)
+        plan = _plan(c, wide)
+        assert sum(rows for rows, _ in _postings_scans(plan)) <= 53, "\n".join(plan)
