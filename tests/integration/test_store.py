@@ -296,6 +296,7 @@ def test_filtered_vector_search_fills_top_k(
         pool_size=10,
         planner_settings=planner,
         exact_threshold=0,
+        exact_scale=0,
     ) as store:
         store.upsert(_records(1500))
         query = SearchQuery(
@@ -351,6 +352,7 @@ def test_filtered_vector_recall_matches_exact_search(
         pool_size=10,
         planner_settings=planner,
         exact_threshold=100,
+        exact_scale=0,
     ) as approx:
         approx.upsert(records)
         with approx.engine.begin() as conn:

@@ -255,7 +255,7 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
         _fill(with_secret, secret=True)
         _fill(without, secret=False)
         off = {"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_sort": "off"}
-        force_hnsw = {"exact_threshold": 0, "planner_settings": off}
+        force_hnsw = {"exact_threshold": 0, "exact_scale": 0, "planner_settings": off}
         hnsw = (open_(schema_with, **force_hnsw), open_(schema_without, **force_hnsw))
         if request.param == "replica":
             probe = with_secret.search(SearchQuery(query="aurora", allowed_scopes=[PUBLIC]))

@@ -73,6 +73,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         owns_engine: bool,
         planner_settings: Mapping[str, str] | None = None,
         exact_threshold: int = 2000,
+        exact_scale: int = 200,
         per_term: int = 1000,
         connection: ConnectionSettings | None = None,
         query_cache_size: int = 1024,
@@ -114,6 +115,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             fusion=fusion,
             text_search_config=settings.text_search_config,
             exact_threshold=exact_threshold,
+            exact_scale=exact_scale,
             per_term=per_term,
         )
         self._writes = Writes(engine, self._embedder, settings)
@@ -139,6 +141,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         text_search_config: str = "english",
         planner_settings: Mapping[str, str] | None = None,
         exact_threshold: int = 2000,
+        exact_scale: int = 200,
         lexical_per_term: int = 1000,
         reconfigure: bool = False,
         reconfigure_progress: Callable[[int, int], None] | None = None,
@@ -153,10 +156,13 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
 
-        When at most ``exact_threshold`` chunks pass the scope, lifecycle and filters, the
-        vector arm computes exact distances over just those rows instead of walking HNSW.
-        The lexical arm reads at most ``lexical_per_term`` postings per query term (in impact
-        order), which bounds its cost however common a term is.
+        When at most ``exact_threshold`` chunks pass the scope, lifecycle and filters (or
+        more in a large index: up to the square root of ``exact_scale`` x its chunks, where
+        an exact scan still costs less than walking HNSW for a few of them; 0 turns that
+        off), the vector arm computes exact distances over just those rows instead of
+        walking HNSW.
+        The lexical arm reads at most ``lexical_per_term`` postings per query term and
+        visible scope (in impact order), which bounds its cost however common a term is.
         ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.
         ``{"hnsw.ef_search": "200"}`` or ``{"enable_seqscan": "off"}`` to force the HNSW
         index on a table small enough that the planner would otherwise scan it exactly.
@@ -260,6 +266,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             owns_engine=given is None,
             planner_settings=planner,
             exact_threshold=exact_threshold,
+            exact_scale=exact_scale,
             per_term=lexical_per_term,
             connection=connection,
             query_cache_size=query_cache_size,

@@ -212,19 +212,31 @@ _LEXICAL = """
 _IN_FILTERED_DOCS = """
       AND c.doc_id = ANY(ARRAY(SELECT d.doc_id FROM documents d WHERE {filter}))"""
 
+_EXACT_LIMIT = """
+    -- How many eligible chunks are still cheaper to score exactly than through HNSW. An
+    -- exact scan reads every eligible row; an iterative HNSW scan reads about as many
+    -- rows as the pool over the eligible share of the index, so the two cross where
+    -- eligible^2 ~ exact_scale x (chunks in the index): ~14k eligible of 1M chunks,
+    -- ~4.5k of 100k. Chunks in the index from the planner's count (ANALYZE), never
+    -- below exact_threshold.
+    SELECT CAST(GREATEST({exact_threshold},
+                         sqrt({exact_scale} * GREATEST(r.reltuples, 0))) AS bigint) AS rows
+    FROM pg_catalog.pg_class r WHERE r.oid = CAST('chunks' AS regclass)
+"""
+
 _ELIGIBLE_PROBE = """
-    -- Bounded count: at most exact_threshold + 1 rows are touched, whatever the table size.
-    SELECT count(*) <= {exact_threshold} AS small FROM (
+    -- Bounded count: at most exact_limit + 1 rows are touched, whatever the table size.
+    SELECT count(*) <= (SELECT rows FROM exact_limit) AS small FROM (
         SELECT 1 FROM chunks c
         WHERE :vector_used AND c.permission_scope = ANY(CAST(:scopes AS text[]))
           AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){in_docs}
-        LIMIT {exact_threshold} + 1
+        LIMIT (SELECT rows FROM exact_limit) + 1
     ) probe
 """
 
 _ELIGIBLE_COUNTED = """
     -- No document filter: the per-scope counters already count the eligible chunks.
-    SELECT COALESCE(sum(s.chunks), 0) <= {exact_threshold} AS small
+    SELECT COALESCE(sum(s.chunks), 0) <= (SELECT rows FROM exact_limit) AS small
     FROM scope_stats s
     WHERE :vector_used AND s.permission_scope = ANY(CAST(:scopes AS text[]))
       AND s.lifecycle = ANY(CAST(:lifecycles AS text[]))
@@ -366,6 +378,7 @@ class SearchLimits:
     chunk_pool: int  # chunks the vector arm reads (twice the pool fills it with documents)
     lex_chunks: int  # chunks scored exactly by the lexical arm
     exact_threshold: int  # at most this many eligible chunks: exact vector distances
+    exact_scale: int  # or more, up to sqrt(exact_scale x chunks in the index)
     per_term: int  # postings read per query term
     per_term_floor: int  # never fewer per term, however many terms
     lexical_budget: int  # postings shared by the terms of a many-term query
@@ -409,6 +422,7 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
         _part("lifecycle_out", _LIFECYCLE_OUT, True, chunk=chunk),
         _part("chunk_bm25", _CHUNK_BM25, k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B)),
         _part("lexical", _LEXICAL, **consts),
+        _part("exact_limit", _EXACT_LIMIT, True, **consts),
         (
             _part("eligible_probe", _ELIGIBLE_PROBE, True, in_docs=in_docs, **consts)
             if filtered
