@@ -315,6 +315,26 @@ def test_filtered_vector_search_fills_top_k(
         assert resp.rank_log.vector_candidates == 10
 
 
+def test_search_plan_is_the_reused_plan_and_reaches_a_narrow_scope_by_index(
+    context_search_connector: PostgresSearchConnector,
+) -> None:
+    """An unfiltered search reuses one generic plan, made without knowing how many chunks
+    the caller's scopes hold. ``search_plan`` shows that plan, and it must reach the few
+    eligible chunks of a narrow scope through an index, never by reading the table."""
+    store = context_search_connector
+    store.upsert([*_records(3000), *_records(5, prefix="narrow", scope="narrow")])
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("ANALYZE chunks, postings, term_stats, scope_stats")
+    query = SearchQuery(query="shared words", allowed_scopes=["narrow"], top_k=5)
+    plan = store.search_plan(query, analyze=True)
+    assert "$1" in plan  # generic: the values are parameters, not constants
+    assert "Seq Scan on chunks" not in plan, plan
+    assert "ix_chunks_permission_scope_lifecycle" in plan, plan
+    assert sorted(h.doc_id for h in store.search(query).hits) == [
+        f"narrow-{i:05d}" for i in range(5)
+    ]
+
+
 def _vector_top(store: PostgresSearchConnector, query: SearchQuery) -> list[str]:
     entries = [e for e in store.search(query).rank_log.entries if e.vector_rank is not None]
     return [e.doc_id for e in sorted(entries, key=lambda e: e.vector_rank or 0)][:10]

@@ -9,19 +9,30 @@ connection and a snapshot are held.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg import sql as psql
 from sqlalchemy import Row
 
 from context_search.fusion import FusionSettings
-from context_search.postgres.filter_sql import EVIDENCE_SQL, build_filter_sql, verdicts_sql
+from context_search.postgres.filter_sql import (
+    EVIDENCE_SQL,
+    DocumentFilter,
+    build_filter_sql,
+    verdicts_sql,
+)
 from context_search.postgres.search_sql import Explain, SearchLimits, hybrid_search_sql
 from context_search.postgres.session import SEARCH_TUNING, ReadSession
 from context_search.text import parse_query
 from context_search.validation import ValidQuery
 
 __all__ = ["SearchStatements", "fetch_evidence_rows", "fetch_verdicts"]
+
+
+#: A named bind parameter of a statement's text (``:name``; never a ``::`` cast).
+_BIND = re.compile(r"(?<![:\w]):(\w+)")
 
 
 def _vector_literal(values: Any) -> str:
@@ -101,6 +112,29 @@ class SearchStatements:
             tuning["enable_seqscan"] = "off"
         return tuning
 
+    def _bind(
+        self, vq: ValidQuery, qvec: Any, detail_limit: int | None, vector_weight: float
+    ) -> tuple[DocumentFilter | None, dict[str, Any]]:
+        """The query's document filter and every bound value of its search statement."""
+        document_filter = build_filter_sql(vq.filters, targets=vq.targets)
+        lifecycles = ["active", "superseded"] if vq.include_superseded else ["active"]
+        lexical = _lexical_params(vq.text)
+        bind = {
+            **(document_filter.params if document_filter is not None else {}),
+            "scopes": sorted(vq.scopes),
+            "lifecycles": lifecycles,
+            **lexical,
+            # Only phrases and negations can reject a candidate found through a query term.
+            "qcheck": bool(lexical["qphrases"] or lexical["qnegated"]),
+            "ts_config": self.text_search_config,
+            "qvec": None if qvec is None else _vector_literal(qvec),
+            "vector_weight": vector_weight,
+            "vector_used": vector_weight > 0,
+            "min_sim": vq.min_similarity,
+            "detail_limit": detail_limit if detail_limit is not None else vq.top_k,
+        }
+        return document_filter, bind
+
     def fetch_candidates(
         self,
         session: ReadSession,
@@ -118,24 +152,8 @@ class SearchStatements:
         terms (``explain`` needs them all; a search needs ``top_k``). With
         ``vector_weight`` 0 the vector arm is left out and ``qvec`` may be ``None``.
         """
-        document_filter = build_filter_sql(vq.filters, targets=vq.targets)
-        lifecycles = ["active", "superseded"] if vq.include_superseded else ["active"]
-        lexical = _lexical_params(vq.text)
+        document_filter, bind = self._bind(vq, qvec, detail_limit, vector_weight)
         sql = hybrid_search_sql(document_filter, self.fusion, self.limits(), explain=plan)
-        bind = {
-            **(document_filter.params if document_filter is not None else {}),
-            "scopes": sorted(vq.scopes),
-            "lifecycles": lifecycles,
-            **lexical,
-            # Only phrases and negations can reject a candidate found through a query term.
-            "qcheck": bool(lexical["qphrases"] or lexical["qnegated"]),
-            "ts_config": self.text_search_config,
-            "qvec": None if qvec is None else _vector_literal(qvec),
-            "vector_weight": vector_weight,
-            "vector_used": vector_weight > 0,
-            "min_sim": vq.min_similarity,
-            "detail_limit": detail_limit if detail_limit is not None else vq.top_k,
-        }
         return list(session.conn.execute(sql, bind).all())
 
     def fetch_plan(
@@ -147,14 +165,44 @@ class SearchStatements:
         analyze: bool = False,
         vector_weight: float = 1.0,
     ) -> str:
-        """PostgreSQL's plan of this search as text; ``analyze`` runs it for real timings."""
-        rows = self.fetch_candidates(
-            session,
-            vq,
-            qvec,
-            plan="analyze" if analyze else "plan",
-            vector_weight=vector_weight,
-        )
+        """PostgreSQL's plan of this search as text; ``analyze`` runs it for real timings.
+
+        The plan the search really runs: a search whose plan is reused (``tuning``) gets
+        the generic plan, made without the query's values, so it is shown that way — the
+        statement prepared and explained through ``EXECUTE`` — rather than the plan the
+        planner would make for these values alone.
+        """
+        if "plan_cache_mode" not in self.tuning(vq):
+            rows = self.fetch_candidates(
+                session,
+                vq,
+                qvec,
+                plan="analyze" if analyze else "plan",
+                vector_weight=vector_weight,
+            )
+            return "\n".join(str(r[0]) for r in rows)
+        document_filter, bind = self._bind(vq, qvec, None, vector_weight)
+        statement = hybrid_search_sql(document_filter, self.fusion, self.limits()).text
+        names: list[str] = []
+
+        def placeholder(m: re.Match[str]) -> str:
+            if m.group(1) not in names:
+                names.append(m.group(1))
+            return f"${names.index(m.group(1)) + 1}"
+
+        numbered = _BIND.sub(placeholder, statement)
+        raw = session.conn.connection.driver_connection
+        assert raw is not None
+        raw.execute(psql.SQL("PREPARE cs_search_plan AS {}").format(psql.SQL(numbered)))
+        try:
+            rows = raw.execute(
+                psql.SQL("EXPLAIN ({}) EXECUTE cs_search_plan({})").format(
+                    psql.SQL("ANALYZE, BUFFERS" if analyze else "COSTS"),
+                    psql.SQL(", ").join(psql.Literal(bind[n]) for n in names),
+                )
+            ).fetchall()
+        finally:
+            raw.execute("DEALLOCATE cs_search_plan")
         return "\n".join(str(r[0]) for r in rows)
 
 
