@@ -72,7 +72,7 @@ def test_ingest_search_explain_roundtrip(
     migrated = runner.invoke(
         app, ["migrate", "--dsn", context_search_dsn, "--schema", context_search_schema]
     )
-    assert migrated.exit_code == 0 and "revision 0009" in migrated.output
+    assert migrated.exit_code == 0 and "revision 0010" in migrated.output
     ingested = runner.invoke(app, ["ingest", str(data), *common])
     assert ingested.exit_code == 0, ingested.output
     assert "2 new" in ingested.output

@@ -44,7 +44,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
     try:
         assert current_revision(engine, schema=context_search_schema) is None
         migrate(engine, schema=context_search_schema)
-        assert current_revision(engine, schema=context_search_schema) == "0009"
+        assert current_revision(engine, schema=context_search_schema) == "0010"
         assert {"documents", "chunks", "gaps", "index_configs", "index_jobs"} <= _tables(
             context_search_dsn, context_search_schema
         )
@@ -74,7 +74,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
         downgrade(engine, schema=context_search_schema)
         assert _tables(context_search_dsn, context_search_schema) == {"alembic_version"}
         migrate(engine, schema=context_search_schema)
-        assert current_revision(engine, schema=context_search_schema) == "0009"
+        assert current_revision(engine, schema=context_search_schema) == "0010"
     finally:
         close_store_engine(engine)
 
@@ -333,6 +333,34 @@ def test_search_plan_is_the_reused_plan_and_reaches_a_narrow_scope_by_index(
     assert sorted(h.doc_id for h in store.search(query).hits) == [
         f"narrow-{i:05d}" for i in range(5)
     ]
+
+
+def test_chunk_rows_keep_their_vector_inline(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    """Distances are computed from the chunk's row: a vector moved to the TOAST table costs
+    every exact distance and every HNSW hit a TOAST index probe and page (migration 0010).
+    Rows of a 768-d vector and a long text stay whole."""
+    body = " ".join(f"word{i} and more text about subject{i % 13}" for i in range(60))
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=context_search_schema, embedder=HashingEmbedder(768)
+    ) as store:
+        store.upsert(
+            [
+                ContextDocumentRecord(document_id=f"d{i}", body=body, permission_scope="team")
+                for i in range(5)
+            ]
+        )
+        with store.engine.connect() as conn:
+            size = conn.exec_driver_sql(
+                "SELECT min(pg_column_size(embedding)), min(octet_length(text)) FROM chunks"
+            ).one()
+            assert size[0] > 3000 and size[1] > 1000  # a row well over the default 2 kB
+            toast = conn.exec_driver_sql(
+                "SELECT CAST(reltoastrelid AS regclass) FROM pg_class "
+                "WHERE oid = CAST('chunks' AS regclass)"
+            ).scalar_one()
+            assert conn.exec_driver_sql(f"SELECT count(*) FROM {toast}").scalar_one() == 0
 
 
 def _vector_top(store: PostgresSearchConnector, query: SearchQuery) -> list[str]:
