@@ -44,25 +44,22 @@ def _plan(c: PostgresSearchConnector, query: SearchQuery) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def _docs(scope: str, body: str, n: int) -> list[ContextDocumentRecord]:
+    return [
+        ContextDocumentRecord(
+            document_id=f"{scope}-{i}", body=body.format(i=i), permission_scope=scope
+        )
+        for i in range(n)
+    ]
+
+
 def test_each_visible_scope_gives_at_most_the_bound(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
-    crowd = [
-        ContextDocumentRecord(
-            document_id=f"big-{i}",
-            body=f"glacier glacier glacier survey {i}",
-            permission_scope="big",
-        )
-        for i in range(1000)
-    ]
-    few = [
-        ContextDocumentRecord(
-            document_id=f"tiny-{i}",
-            body=f"one glacier among many other words of a longer note number {i}",
-            permission_scope="tiny",
-        )
-        for i in range(3)
-    ]
+    # "big": 1,000 short chunks, the term three times in each (the strongest postings);
+    # "tiny": 3 long chunks with the term once (weaker than any of big's).
+    crowd = _docs("big", "glacier glacier glacier survey {i}", 1000)
+    few = _docs("tiny", "one glacier among many other words of a longer note number {i}", 3)
     with PostgresSearchConnector.open(
         context_search_dsn,
         schema=context_search_schema,
