@@ -22,6 +22,8 @@ def _postings_scans(plan: list[str]) -> list[tuple[float, list[str]]]:
     for i, line in enumerate(plan):
         if " on postings " not in line:
             continue
+        if "(never executed)" in line:
+            continue  # the branch cut by its one-time filter
         m = _ROWS.search(line)
         assert m, line
         detail = []

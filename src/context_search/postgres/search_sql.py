@@ -83,17 +83,23 @@ _VISIBLE = """
 
 _DF = """
     -- Document frequency over the visible postings, from per-(lexeme, scope) counters kept
-    -- exact by triggers on postings: a few rows per term, however common the term is.
-    SELECT t.lexeme, vs.n, vs.avgdl,
-           COALESCE((SELECT sum(s.df) FROM term_stats s
-                     WHERE s.lexeme = t.lexeme
-                       AND s.permission_scope = ANY(CAST(:scopes AS text[]))
-                       AND s.lifecycle <> 'deleted'), 0) AS df
+    -- exact by triggers on postings: a few rows per term, however common the term is. Also
+    -- how many visible (scope, lifecycle) groups hold the term, and the group when only
+    -- one does (the common case of a caller with one scope).
+    SELECT t.lexeme, vs.n, vs.avgdl, COALESCE(g.df, 0) AS df, g.groups, g.scope1, g.lifecycle1
     FROM q CROSS JOIN visible vs, unnest(q.terms) AS t(lexeme)
+    CROSS JOIN LATERAL (
+        SELECT sum(s.df) AS df, count(*) AS groups,
+               min(s.permission_scope) AS scope1, min(s.lifecycle) AS lifecycle1
+        FROM term_stats s
+        WHERE s.lexeme = t.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
+          AND s.lifecycle <> 'deleted' AND s.df > 0
+    ) AS g
 """
 
 _IDF = """
     SELECT df.lexeme, df.avgdl, ln(1 + (df.n - df.df + 0.5) / (df.df + 0.5)) AS idf,
+           df.groups, df.scope1, df.lifecycle1,
            -- Postings read per term: per_term, less when the query has many terms (the
            -- strongest postings of each term still come first), never below per_term_floor.
            LEAST({per_term}, GREATEST({per_term_floor},
@@ -108,23 +114,32 @@ _CANDIDATES = """
     -- to scopes the caller may not see: postings are in impact order within each (lexeme,
     -- scope, lifecycle) group, every visible group that holds the term (its counter in
     -- term_stats) gives at most the term's bound, and the strongest of those are kept.
+    -- A term held by one visible group is read straight from its group in order (no
+    -- sort); one branch runs per term, the other is cut by its one-time filter.
     SELECT top.chunk_id, bool_and(top.lifecycle = ANY(CAST(:lifecycles AS text[])))
                AS lifecycle_ok,
            sum(i.idf * top.impact) AS approx
     FROM idf i
     CROSS JOIN LATERAL (
-        SELECT g.chunk_id, g.impact, s.lifecycle FROM term_stats s
-        CROSS JOIN LATERAL (
-            SELECT p.chunk_id, p.impact FROM postings p
-            WHERE p.lexeme = s.lexeme AND p.permission_scope = s.permission_scope
-              AND p.lifecycle = s.lifecycle
-            ORDER BY p.impact DESC
-            LIMIT i.bound
-        ) AS g
-        WHERE s.lexeme = i.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
-          AND s.lifecycle <> 'deleted' AND s.df > 0
-        ORDER BY g.impact DESC
-        LIMIT i.bound
+        (SELECT p.chunk_id, p.impact, p.lifecycle FROM postings p
+         WHERE i.groups = 1 AND p.lexeme = i.lexeme AND p.permission_scope = i.scope1
+           AND p.lifecycle = i.lifecycle1
+         ORDER BY p.impact DESC
+         LIMIT i.bound)
+        UNION ALL
+        (SELECT g.chunk_id, g.impact, s.lifecycle FROM term_stats s
+         CROSS JOIN LATERAL (
+             SELECT p.chunk_id, p.impact FROM postings p
+             WHERE p.lexeme = s.lexeme AND p.permission_scope = s.permission_scope
+               AND p.lifecycle = s.lifecycle
+             ORDER BY p.impact DESC
+             LIMIT i.bound
+         ) AS g
+         WHERE i.groups > 1 AND s.lexeme = i.lexeme
+           AND s.permission_scope = ANY(CAST(:scopes AS text[]))
+           AND s.lifecycle <> 'deleted' AND s.df > 0
+         ORDER BY g.impact DESC
+         LIMIT i.bound)
     ) AS top
     GROUP BY top.chunk_id
 """
