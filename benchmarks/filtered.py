@@ -32,7 +32,7 @@ LEVELS = {
 }
 
 
-def _scope(u: float) -> str:
+def scope_of(u: float) -> str:
     return "s0" if u < 0.001 else "s1" if u < 0.01 else "s2" if u < 0.1 else "s3"
 
 
@@ -42,7 +42,7 @@ def run(
     records, _, _, _ = build_corpus(data, embedder, chunks)
     rng = np.random.default_rng(5)
     records = [
-        replace(r, permission_scope=_scope(float(u)))
+        replace(r, permission_scope=scope_of(float(u)))
         for r, u in zip(records, rng.random(len(records)), strict=True)
     ]
     texts = index_texts(records)

@@ -11,6 +11,10 @@ client after a warm-up, query embedding excluded:
 * the statement alone in three shapes on the same read transactions: both arms, the lexical
   arm alone (vector weight 0) and the vector arm alone (a query with no indexed word).
 
+``--scoped`` builds the filtered suite's corpus instead (scopes nested at 0.1 / 1 / 10 /
+100 % of the chunks, schema ``bench_profile_scoped``) and reports the three shapes for a
+caller at each level.
+
 Without ``--dsn`` a temporary embedded server is used (and nothing can be kept).
 """
 
@@ -19,9 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from sqlalchemy import text
 
 from benchmarks.common import (
@@ -34,6 +41,7 @@ from benchmarks.common import (
     make_embedder,
     server,
 )
+from benchmarks.filtered import LEVELS, scope_of
 from benchmarks.latency import build_corpus
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
@@ -41,6 +49,7 @@ from context_search.postgres.admin import drop_index
 from context_search.validation import validate_query
 
 SCHEMA = "bench_profile"
+SCOPED_SCHEMA = "bench_profile_scoped"
 _STAGES = ("connect_ms", "statement_ms", "commit_ms", "assembly_ms", "total_ms")
 
 
@@ -53,14 +62,19 @@ def _p95(xs: list[float]) -> float:
 
 
 def _statement_ms(
-    store: PostgresSearchConnector, queries: list[tuple[str, Any]], shape: str
+    store: PostgresSearchConnector,
+    queries: list[tuple[str, Any]],
+    shape: str,
+    scopes: Sequence[str] = ("public",),
 ) -> list[float]:
     statements = store._statements
     out = []
     for query, qvec in queries:
         vq = validate_query(
             SearchQuery(
-                query="zzqxv" if shape == "vector" else query, allowed_scopes=["public"], top_k=10
+                query="zzqxv" if shape == "vector" else query,
+                allowed_scopes=list(scopes),
+                top_k=10,
             )
         )
         weight = 0.0 if shape == "lexical" else 1.0
@@ -110,21 +124,70 @@ def run(dsn: str, chunks: int, searches: int, keep: bool) -> dict[str, Any]:
     return {"chunks": chunks, "searches": searches, "stages_ms": stages, "statement_ms": shapes}
 
 
+def run_scoped(dsn: str, chunks: int, searches: int, keep: bool) -> dict[str, Any]:
+    """The filtered suite's corpus (scopes nested at 0.1 / 1 / 10 / 100 % of the chunks):
+    the statement in its three shapes for a caller at each level."""
+    data = load_beir(DEFAULT_DATA)
+    embedder = CachedEmbedder(make_embedder("minilm"))
+    texts = [data.queries[q] for q in sorted(data.queries)]
+    queries = [(q, embedder.embed_query(q)) for q in texts][:searches]
+    with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCOPED_SCHEMA) as store:
+        with store.engine.connect() as conn:
+            have = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
+        if have != chunks:
+            log(f"search_profile: building {chunks} scoped chunks (found {have})")
+            records, _, _, _ = build_corpus(data, embedder, chunks)
+            rng = np.random.default_rng(5)
+            store.upsert(
+                [
+                    replace(r, permission_scope=scope_of(float(u)))
+                    for r, u in zip(records, rng.random(len(records)), strict=True)
+                ],
+                batch_size=512,
+            )
+            embedder.save()
+        levels = {}
+        for name, scopes in LEVELS.items():
+            shapes = {}
+            for shape in ("both", "lexical", "vector"):
+                _statement_ms(store, queries[:10], shape, scopes)
+                xs = _statement_ms(store, queries, shape, scopes)
+                shapes[shape] = {"p50": _median(xs), "p95": _p95(xs)}
+            levels[name] = shapes
+            log(f"search_profile {name}: {shapes}")
+    if not keep:
+        drop_index(dsn, SCOPED_SCHEMA)
+    return {"chunks": chunks, "searches": len(queries), "levels": levels}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.search_profile")
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--searches", type=int, default=300)
     parser.add_argument("--keep", action="store_true", help="Leave the index for the next run.")
-    parser.add_argument("--out", type=Path, default=RESULTS / "search_profile.json")
+    parser.add_argument(
+        "--scoped",
+        action="store_true",
+        help="The filtered suite's scoped corpus; statement shapes per selectivity level.",
+    )
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    keep = args.keep and args.dsn is not None
+    name = "search_profile_scoped" if args.scoped else "search_profile"
     with server(args.dsn) as dsn:
         result = {
-            **envelope("search_profile", [f"--chunks={args.chunks}"]),
-            **run(dsn, args.chunks, args.searches, args.keep and args.dsn is not None),
+            **envelope(name, [f"--chunks={args.chunks}", *(["--scoped"] if args.scoped else [])]),
+            **(
+                run_scoped(dsn, args.chunks, args.searches, keep)
+                if args.scoped
+                else run(dsn, args.chunks, args.searches, keep)
+            ),
         }
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps({k: result[k] for k in ("stages_ms", "statement_ms")}, indent=2))
+    out = args.out or RESULTS / f"{name}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    shown = ("levels",) if args.scoped else ("stages_ms", "statement_ms")
+    print(json.dumps({k: result[k] for k in shown}, indent=2))
 
 
 if __name__ == "__main__":
