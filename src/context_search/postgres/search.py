@@ -9,6 +9,7 @@ connection and a snapshot are held.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = ["SearchStatements", "fetch_evidence_rows", "fetch_verdicts"]
 
 #: A named bind parameter of a statement's text (``:name``; never a ``::`` cast).
 _BIND = re.compile(r"(?<![:\w]):(\w+)")
+_PLAN_NAMES = itertools.count()
 
 
 def _vector_literal(values: Any) -> str:
@@ -193,16 +195,19 @@ class SearchStatements:
         numbered = _BIND.sub(placeholder, statement)
         raw = session.conn.connection.driver_connection
         assert raw is not None
-        raw.execute(psql.SQL("PREPARE cs_search_plan AS {}").format(psql.SQL(numbered)))
-        try:
-            rows = raw.execute(
-                psql.SQL("EXPLAIN ({}) EXECUTE cs_search_plan({})").format(
-                    psql.SQL("ANALYZE, BUFFERS" if analyze else "COSTS"),
-                    psql.SQL(", ").join(psql.Literal(bind[n]) for n in names),
-                )
-            ).fetchall()
-        finally:
-            raw.execute("DEALLOCATE cs_search_plan")
+        # Prepared statements outlive the transaction; a name of its own per call, so one
+        # left behind by a failed EXPLAIN (the transaction aborted, no DEALLOCATE possible)
+        # never collides with the next.
+        name = psql.Identifier(f"cs_search_plan_{next(_PLAN_NAMES)}")
+        raw.execute(psql.SQL("PREPARE {} AS {}").format(name, psql.SQL(numbered)))
+        rows = raw.execute(
+            psql.SQL("EXPLAIN ({}) EXECUTE {}({})").format(
+                psql.SQL("ANALYZE, BUFFERS" if analyze else "COSTS"),
+                name,
+                psql.SQL(", ").join(psql.Literal(bind[n]) for n in names),
+            )
+        ).fetchall()
+        raw.execute(psql.SQL("DEALLOCATE {}").format(name))
         return "\n".join(str(r[0]) for r in rows)
 
 
