@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log, percentiles
 from benchmarks.latency import build_corpus, index_texts
-from context_search import SearchQuery
+from context_search import ContextDocumentRecord, SearchQuery
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.admin import drop_index
 
@@ -36,15 +36,20 @@ def scope_of(u: float) -> str:
     return "s0" if u < 0.001 else "s1" if u < 0.01 else "s2" if u < 0.1 else "s3"
 
 
-def run(
-    dsn: str, data: Dataset, embedder: CachedEmbedder, *, chunks: int = 100_000, top_k: int = 10
-) -> dict[str, Any]:
-    records, _, _, _ = build_corpus(data, embedder, chunks)
+def scoped(records: list[ContextDocumentRecord]) -> list[ContextDocumentRecord]:
+    """The records with their scopes drawn as above (a fixed seed: the same corpus in
+    every run and every suite that uses it)."""
     rng = np.random.default_rng(5)
-    records = [
+    return [
         replace(r, permission_scope=scope_of(float(u)))
         for r, u in zip(records, rng.random(len(records)), strict=True)
     ]
+
+
+def run(
+    dsn: str, data: Dataset, embedder: CachedEmbedder, *, chunks: int = 100_000, top_k: int = 10
+) -> dict[str, Any]:
+    records = scoped(build_corpus(data, embedder, chunks)[0])
     texts = index_texts(records)
     doc_of = np.array([i for i, ts in enumerate(texts) for _ in ts])
     matrix = embedder.embed_documents([t for ts in texts for t in ts])

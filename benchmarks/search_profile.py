@@ -24,24 +24,23 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from sqlalchemy import text
 
 from benchmarks.common import (
     DEFAULT_DATA,
     RESULTS,
     CachedEmbedder,
+    Dataset,
     envelope,
     load_beir,
     log,
     make_embedder,
     server,
 )
-from benchmarks.filtered import LEVELS, scope_of
+from benchmarks.filtered import LEVELS, scoped
 from benchmarks.latency import build_corpus
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
@@ -85,6 +84,25 @@ def _statement_ms(
     return out
 
 
+def _ensure_corpus(
+    store: PostgresSearchConnector,
+    data: Dataset,
+    embedder: CachedEmbedder,
+    chunks: int,
+    *,
+    with_scopes: bool,
+) -> None:
+    """Build the corpus into the store unless a kept index already holds it."""
+    with store.engine.connect() as conn:
+        have = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
+    if have == chunks:
+        return
+    log(f"search_profile: building {chunks} chunks (found {have})")
+    records = build_corpus(data, embedder, chunks)[0]
+    store.upsert(scoped(records) if with_scopes else records, batch_size=512)
+    embedder.save()
+
+
 def run(dsn: str, chunks: int, searches: int, keep: bool) -> dict[str, Any]:
     data = load_beir(DEFAULT_DATA)
     embedder = CachedEmbedder(make_embedder("minilm"))
@@ -93,13 +111,7 @@ def run(dsn: str, chunks: int, searches: int, keep: bool) -> dict[str, Any]:
     with PostgresSearchConnector.open(
         dsn, embedder=embedder, schema=SCHEMA, stage_timings=True
     ) as store:
-        with store.engine.connect() as conn:
-            have = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
-        if have != chunks:
-            log(f"search_profile: building {chunks} chunks (found {have})")
-            records, _, _, _ = build_corpus(data, embedder, chunks)
-            store.upsert(records, batch_size=512)
-            embedder.save()
+        _ensure_corpus(store, data, embedder, chunks, with_scopes=False)
         run_queries = [queries[i % len(queries)] for i in range(searches)]
         for q, _ in run_queries[:30]:  # warm-up
             store.search(SearchQuery(query=q, allowed_scopes=["public"], top_k=10))
@@ -132,20 +144,7 @@ def run_scoped(dsn: str, chunks: int, searches: int, keep: bool) -> dict[str, An
     texts = [data.queries[q] for q in sorted(data.queries)]
     queries = [(q, embedder.embed_query(q)) for q in texts][:searches]
     with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCOPED_SCHEMA) as store:
-        with store.engine.connect() as conn:
-            have = int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
-        if have != chunks:
-            log(f"search_profile: building {chunks} scoped chunks (found {have})")
-            records, _, _, _ = build_corpus(data, embedder, chunks)
-            rng = np.random.default_rng(5)
-            store.upsert(
-                [
-                    replace(r, permission_scope=scope_of(float(u)))
-                    for r, u in zip(records, rng.random(len(records)), strict=True)
-                ],
-                batch_size=512,
-            )
-            embedder.save()
+        _ensure_corpus(store, data, embedder, chunks, with_scopes=True)
         levels = {}
         for name, scopes in LEVELS.items():
             shapes = {}

@@ -10,7 +10,6 @@ from sqlalchemy import text
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.validation import validate_query
 
 _ROWS = re.compile(r"actual time=\S+ rows=([\d.]+) loops=(\d+)")
 
@@ -33,17 +32,6 @@ def _postings_scans(plan: list[str]) -> list[tuple[float, list[str]]]:
             detail.append(nxt.strip())
         scans.append((float(m.group(1)) * int(m.group(2)), detail))
     return scans
-
-
-def _plan(c: PostgresSearchConnector, query: SearchQuery) -> list[str]:
-    """The search statement under EXPLAIN ANALYZE, as the connector would run it."""
-    vq = validate_query(query)
-    statements = c._statements
-    with c._sessions.read(vq.scopes, "search", tuning=statements.tuning(vq)) as session:
-        rows = statements.fetch_candidates(
-            session, vq, c._embedder.embed_query(vq.text), plan="analyze"
-        )
-    return [str(r[0]) for r in rows]
 
 
 def _docs(scope: str, body: str, n: int) -> list[ContextDocumentRecord]:
@@ -78,7 +66,7 @@ def test_each_visible_scope_gives_at_most_the_bound(
         assert resp.stats.lexical_matches == 3
         # The "big" scope's 1,000 stronger postings of the term are never read, not even
         # to be filtered out.
-        plan = _plan(c, narrow)
+        plan = c.search_plan(narrow, analyze=True).splitlines()
         scans = _postings_scans(plan)
         assert scans, "\n".join(plan)
         assert sum(rows for rows, _ in scans) <= 3, "\n".join(plan)
@@ -89,5 +77,5 @@ def test_each_visible_scope_gives_at_most_the_bound(
         # (50 + 3 read), rather than every visible posting sorted.
         wide = SearchQuery(query="glacier", allowed_scopes=["big", "tiny"], top_k=5)
         assert all(h.doc_id.startswith("big-") for h in c.search(wide).hits)
-        plan = _plan(c, wide)
+        plan = c.search_plan(wide, analyze=True).splitlines()
         assert sum(rows for rows, _ in _postings_scans(plan)) <= 53, "\n".join(plan)
