@@ -128,6 +128,30 @@ def test_status_and_migrate_json(
     assert isinstance(mig, dict) and mig["from"] == mig["to"] == st["head_revision"]
 
 
+def test_partition_gives_scopes_their_own_partitions(
+    common: list[str], context_search_dsn: str, context_search_schema: str
+) -> None:
+    where = ["--dsn", context_search_dsn, "--schema", context_search_schema]
+    before = _json(["search", "aurora", "-s", "team", "-s", "restricted", *common])
+    out = _json(["partition", "restricted", *where])
+    assert isinstance(out, dict) and out["partitions"] == ["restricted"]
+    out = _json(["partition", "team", "restricted", *where])
+    assert isinstance(out, dict) and out["partitions"] == ["restricted", "team"]
+    text = runner.invoke(app, ["partition", "team", *where])
+    assert text.exit_code == 0 and "restricted, team" in text.output
+    after = _json(["search", "aurora", "-s", "team", "-s", "restricted", *common])
+    assert isinstance(before, dict) and isinstance(after, dict)
+    assert [h["doc_id"] for h in after["hits"]] == [h["doc_id"] for h in before["hits"]]
+    # A missing schema is an error with its code, never created by this command.
+    missing = runner.invoke(
+        app, ["partition", "team", "--dsn", context_search_dsn, "--schema", "cs_no_such_x"]
+    )
+    assert missing.exit_code != 0 and "SCHEMA_NOT_READY" in missing.output
+    with psycopg.connect(context_search_dsn) as conn:
+        found = conn.execute("SELECT to_regnamespace('cs_no_such_x')").fetchone()
+    assert found == (None,)
+
+
 def test_status_audit_finds_a_corrupted_copy(
     common: list[str], context_search_dsn: str, context_search_schema: str
 ) -> None:

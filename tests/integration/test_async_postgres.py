@@ -73,6 +73,27 @@ def _query(text: str, *scopes: str, top_k: int = 3) -> SearchQuery:
     return SearchQuery(query=text, allowed_scopes=scopes, top_k=top_k)
 
 
+def test_partitioning_on_the_loop_keeps_the_answers(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    async def test(c: AsyncPostgresSearchConnector) -> None:
+        hr_notes = [
+            ContextDocumentRecord(
+                document_id=f"hr-{i}", body=f"feature1 rollout review {i}", permission_scope="hr"
+            )
+            for i in range(2)
+        ]
+        await c.upsert([*_records(4), *hr_notes])
+        query = _query("feature1 rollout", "team", "hr", top_k=6)
+        before = [h.doc_id for h in (await c.search(query)).hits]
+        assert await c.partition_scopes(["hr"]) == ("hr",)
+        assert [h.doc_id for h in (await c.search(query)).hits] == before
+        hr = (await c.search(_query("feature1", "hr"))).hits
+        assert hr and all(h.doc_id.startswith("hr-") for h in hr)
+
+    _run(context_search_dsn, context_search_schema, context_search_embedder, test)
+
+
 def test_reads_are_scoped_like_the_sync_connector(
     context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
 ) -> None:

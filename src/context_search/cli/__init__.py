@@ -55,6 +55,7 @@ def _root(
 app.command("demo")(_demo.demo)
 app.command("conformance")(_conformance.conformance)
 app.command("migrate")(_db.migrate_command)
+app.command("partition")(_db.partition_command)
 app.command("ingest")(_ingest.ingest)
 app.command("search")(_search.search)
 app.command("explain")(_search.explain)

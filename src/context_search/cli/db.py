@@ -1,4 +1,5 @@
-"""``context-search migrate``: bring an index schema to the latest revision."""
+"""Schema administration: ``context-search migrate`` brings an index schema to the latest
+revision; ``context-search partition`` gives scopes partitions of their own."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from context_search.cli.common import (
     cli_errors,
     echo_json,
 )
+from context_search.errors import SchemaNotReadyError
 from context_search.postgres.engine import (
+    autocommit_session,
     close_store_engine,
     create_store_engine,
     current_revision,
     migrate,
 )
+from context_search.postgres.partitions import partition_by_scope
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import validate_schema
 
@@ -51,3 +55,37 @@ def migrate_command(
         echo_json({"server": server.description, "schema": schema, "from": before, "to": after})
     else:
         Console().print(f"{server.description}: schema {schema} at revision {after} (was {before})")
+
+
+def partition_command(
+    scopes: Annotated[list[str], typer.Argument(help="Scopes to give a partition of their own.")],
+    dsn: Dsn = None,
+    schema: Schema = DEFAULT_SCHEMA,
+    as_json: JsonOpt = False,
+    verbose: Verbose = False,
+) -> None:
+    """Partition chunks and postings by scope: each named scope gets its own partition (its
+    own HNSW graph and postings); every other scope stays in the default partition.
+    Idempotent; writers wait while a scope's rows move. Reopen running connectors after."""
+    with cli_errors(as_json=as_json, verbose=verbose):
+        validate_schema(schema)
+        server = resolve_server(dsn)
+        engine = create_store_engine(server.dsn, schema=schema)
+        try:
+            if current_revision(engine, schema=schema) is None:
+                raise SchemaNotReadyError(
+                    f"schema {schema} does not exist; run `context-search migrate` first",
+                    details={"schema": schema},
+                )
+            with autocommit_session(engine, "partition scopes") as raw:
+                raw.execute("SET statement_timeout = 0")
+                done = partition_by_scope(raw, scopes)
+        finally:
+            close_store_engine(engine)
+    if as_json:
+        echo_json({"server": server.description, "schema": schema, "partitions": list(done)})
+    else:
+        Console().print(
+            f"{server.description}: schema {schema} partitions scopes {', '.join(done)}",
+            highlight=False,
+        )

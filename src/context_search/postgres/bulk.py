@@ -12,7 +12,9 @@ path, so the guarantees are the same: a batch is atomic and invisible until its 
 A load that is large relative to the index (:func:`defer_index_builds`: an empty index, a
 rebuild after a configuration change) drops the HNSW index with ``DROP INDEX CONCURRENTLY``
 first and builds it once at the end with ``CREATE INDEX CONCURRENTLY``, outside any
-transaction, so neither blocks readers or other writers; a load into an empty index does the
+transaction, so neither blocks readers or other writers (not on tables partitioned by scope,
+whose indexes cannot be built concurrently: there every partition's graph takes its rows
+as they come); a load into an empty index does the
 same with the lexical search indexes (GIN on ``tsv``, postings by lexeme and impact).
 Meanwhile searches stay correct: the vector arm computes exact distances, the lexical stage
 reads the tables (slower as the load grows). A session advisory lock marks a load in
@@ -41,6 +43,7 @@ from psycopg.pq import Format
 from sqlalchemy import Connection, Engine, text
 
 from context_search.postgres.engine import autocommit_session, translate_errors
+from context_search.postgres.partitions import tables_partitioned
 
 if TYPE_CHECKING:
     from context_search.postgres.ingest import ChunkSource
@@ -322,6 +325,11 @@ def defer_index_builds(
     with _ddl_session(engine, "upsert") as raw:
         if raw is None:
             yield  # another load builds the indexes when it finishes
+            return
+        if tables_partitioned(raw):
+            # Partitioned indexes cannot be dropped or built concurrently; each partition's
+            # graph takes its rows as they come.
+            yield
             return
         definitions = {n: d for n, (d, _) in _states(raw, names).items()}
         if not definitions:

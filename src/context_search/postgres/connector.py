@@ -35,6 +35,7 @@ from context_search.fusion import FusionSettings
 from context_search.postgres.engine import ConnectionSettings, close_store_engine
 from context_search.postgres.ingest import IndexSettings
 from context_search.postgres.opening import engine_server_name, open_primary, open_replicas
+from context_search.postgres.partitions import is_partitioned
 from context_search.postgres.query_vectors import QueryVectors
 from context_search.postgres.read_side import ReadSide
 from context_search.postgres.replicas import (
@@ -83,6 +84,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         replica_settings: ReplicaSettings | None = None,
         read_your_writes: bool = False,
         owns_replicas: bool = True,
+        partitioned: bool = False,
     ) -> None:
         self._engine = engine
         self._read_only = read_only
@@ -117,6 +119,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             exact_threshold=exact_threshold,
             exact_scale=exact_scale,
             per_term=per_term,
+            partitioned=partitioned,
         )
         self._writes = Writes(engine, self._embedder, settings)
         self._query_vectors = QueryVectors(self._embedder, query_cache_size)
@@ -239,6 +242,12 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             chunk_overlap=chunk_overlap,
             text_search_config=text_search_config,
         )
+        try:
+            partitioned = is_partitioned(engine)
+        except BaseException:
+            if given is None:
+                close_store_engine(engine)
+            raise
         if read_dsns and replica_engines:
             raise InvalidConfigError(
                 "give read_dsns or replica_engines, not both", details={"field": "read_dsns"}
@@ -276,6 +285,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             replica_settings=replica_settings,
             read_your_writes=read_your_writes,
             owns_replicas=not replica_engines,
+            partitioned=partitioned,
         )
 
     def __enter__(self) -> PostgresSearchConnector:

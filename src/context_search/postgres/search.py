@@ -68,6 +68,9 @@ class SearchStatements:
     #: of 10k scattered chunks 78 ms against 142 ms for the iterative HNSW scan that
     #: finds 200 of them, recall 1.0 against 0.95.
     exact_scale: int = 200
+    #: ``chunks`` and ``postings`` are partitioned by scope (``postgres/partitions.py``):
+    #: every search is planned for its scopes, so only the caller's partitions are read.
+    partitioned: bool = False
 
     def chunk_pool(self) -> int:
         """Chunks the vector arm reads: twice the pool is enough to fill the pool with
@@ -102,10 +105,14 @@ class SearchStatements:
         generic plan is the custom one (the shape is fixed by the statement: postings by
         index in impact order, chunks by key, HNSW or exact by a one-time filter), so the
         server is told to reuse it instead of planning every search again. With filters the
-        planner sees the filter's values, so each search is planned for them.
+        planner sees the filter's values, so each search is planned for them. So is every
+        search of a partitioned index: partitions are pruned by the scopes' values, which a
+        generic plan does not have (it would walk every partition's HNSW graph).
         """
         tuning = {**SEARCH_TUNING, "hnsw.ef_search": str(max(40, self.chunk_pool()))}
-        if not vq.filters and vq.targets is None:
+        if self.partitioned:
+            tuning["plan_cache_mode"] = "force_custom_plan"
+        elif not vq.filters and vq.targets is None:
             tuning["plan_cache_mode"] = "force_generic_plan"
             # A generic plan cannot see how many chunks the caller's scopes hold, and
             # estimates most of the table: it read every chunk to pick the 0.1 % it may
@@ -174,7 +181,7 @@ class SearchStatements:
         statement prepared and explained through ``EXECUTE`` — rather than the plan the
         planner would make for these values alone.
         """
-        if "plan_cache_mode" not in self.tuning(vq):
+        if self.tuning(vq).get("plan_cache_mode") != "force_generic_plan":
             rows = self.fetch_candidates(
                 session,
                 vq,

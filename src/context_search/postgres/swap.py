@@ -124,8 +124,11 @@ def _rename_in_functions(raw: Any, schema: str, shadow: str) -> None:
 def _carry_tables(raw: Any, schema: str, retired: str) -> None:
     """Every table the new configuration does not rebuild (the job queue with its
     propagation records, gap reports) moves across as it is, sequences included."""
-    tables = raw.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (retired,)
+    tables = raw.execute(  # partitions go with their partitioned table
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND NOT c.relispartition "
+        "ORDER BY c.relname",
+        (retired,),
     ).fetchall()
     for (table,) in tables:
         if table in REBUILT or table == _VERSION_TABLE:

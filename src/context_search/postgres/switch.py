@@ -52,6 +52,7 @@ from context_search.postgres.ingest import (
     IndexSettings,
 )
 from context_search.postgres.jobs import JobWorker
+from context_search.postgres.partitions import partition_by_scope, scope_partitions
 from context_search.postgres.swap import (
     changed_documents,
     columns,
@@ -318,6 +319,11 @@ def _prepare_shadow(
     fresh = not _exists(raw, shadow)
     if fresh:
         migrate(next_engine, schema=shadow, dimension=embedder.dimension)
+        # The new configuration keeps the live index's partitions (made while empty).
+        scopes = scope_partitions(raw)
+        if scopes is not None:
+            with autocommit_session(next_engine, "switch configuration") as next_raw:
+                partition_by_scope(next_raw, scopes)
         with raw.transaction():
             copy_rows(raw, (build.schema, "index_configs"), (shadow, "index_configs"))
             raw.execute(

@@ -25,9 +25,12 @@ from context_search.contract import (
 )
 from context_search.embedding import GuardedEmbedder
 from context_search.errors import UnauthorizedError
+from context_search.postgres.engine import autocommit_session
 from context_search.postgres.ingest import IndexSettings, ProgressCallback
 from context_search.postgres.jobs import JobProgress, JobWorker
+from context_search.postgres.partitions import partition_by_scope
 from context_search.postgres.replicas import CommitTokens
+from context_search.postgres.search import SearchStatements
 from context_search.postgres.statistics import refresh_statistics
 from context_search.postgres.writes import BulkLoad, Writes
 
@@ -43,6 +46,7 @@ class WriteSide:
     _writes: Writes
     _tokens: CommitTokens
     _read_only: bool
+    _statements: SearchStatements
 
     @property
     def last_commit_token(self) -> str | None:
@@ -139,6 +143,28 @@ class WriteSide:
         changed = self._writes.rescope(doc_id, new_scope)
         self._tokens.after_write()
         return changed
+
+    def partition_scopes(self, scopes: Sequence[str]) -> tuple[str, ...]:
+        """Give each of ``scopes`` a partition of its own, with its own HNSW graph and
+        postings (see ``postgres/partitions.py``); returns every scope that has one.
+
+        The first call partitions ``chunks`` and ``postings`` (the existing rows stay, as
+        the default partition, with their indexes); a scope that already has its partition
+        is left alone. One transaction behind the write gate: writers wait, and readers of
+        the moved scopes wait for the rows they read. Other connectors open on the index
+        keep planning searches for the unpartitioned tables (correct, but reading every
+        partition) until they are opened again.
+        """
+        self._writable("partition_scopes")
+        with autocommit_session(self._engine, "partition scopes") as raw:
+            raw.execute("SET statement_timeout = 0")  # moving a large scope takes a while
+            try:
+                partitioned = partition_by_scope(raw, scopes)
+            finally:
+                raw.execute("RESET statement_timeout")
+        self._statements = dataclasses.replace(self._statements, partitioned=True)
+        self._tokens.after_write()
+        return partitioned
 
     def worker(self, **options: Any) -> JobWorker:
         """A job worker for this index configuration (options: see :class:`JobWorker`)."""

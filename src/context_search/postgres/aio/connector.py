@@ -370,6 +370,10 @@ class AsyncPostgresSearchConnector:
         """Move a live document to ``new_scope`` (``PostgresSearchConnector.rescope``)."""
         return await self._run(self._core.rescope, doc_id, new_scope)
 
+    async def partition_scopes(self, scopes: Sequence[str]) -> tuple[str, ...]:
+        """Give scopes partitions of their own (``PostgresSearchConnector.partition_scopes``)."""
+        return await self._run(self._core.partition_scopes, scopes)
+
     async def report_gap(self, report: GapReport) -> GapReceipt:
         """Record a gap (``PostgresSearchConnector.report_gap``)."""
         return await self._run(self._core.report_gap, report)

@@ -124,6 +124,18 @@ class SyncDriverConnection:
     def execute(self, query: Any, params: Any = None) -> _Cursor:
         return _Cursor(await_(self._conn.execute(query, params)))
 
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``Connection.transaction()``: one transaction (or savepoint) around the block."""
+        manager = self._conn.transaction()
+        await_(manager.__aenter__())
+        try:
+            yield
+        except BaseException:
+            await_(manager.__aexit__(*sys.exc_info()))
+            raise
+        await_(manager.__aexit__(None, None, None))
+
     def commit(self) -> None:
         await_(self._conn.commit())
 

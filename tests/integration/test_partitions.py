@@ -1,0 +1,333 @@
+"""Chunks and postings partitioned by scope: the same answers as one table, searches that read
+only the caller's partitions, writes and rescopes that route rows, counters that stay exact,
+and partitions the reader role cannot read around row-level security."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy import text
+
+from context_search import (
+    ContextDocumentRecord,
+    Embedder,
+    HashingEmbedder,
+    SearchConnector,
+    SearchQuery,
+)
+from context_search.conformance import ConnectorFactory
+from context_search.conformance.corpus import RESTRICTED, TEAM
+from context_search.errors import InvalidInputError, UnauthorizedError
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.bulk import DEFERRABLE
+from context_search.postgres.switch import switch_configuration
+from context_search.testing import ConformanceSuite, temporary_schema
+
+_WORDS = [
+    "glacier",
+    "river",
+    "moraine",
+    "ice",
+    "sheet",
+    "basin",
+    "delta",
+    "fjord",
+    "valley",
+    "snow",
+    "cirque",
+    "esker",
+]
+_SCOPES = ("alpha", "beta", "gamma")
+
+
+def _records(n: int, seed: int = 1, prefix: str = "d") -> list[ContextDocumentRecord]:
+    rng = random.Random(seed)
+    return [
+        ContextDocumentRecord(
+            document_id=f"{prefix}{i}",
+            title=f"note {i}",
+            body=" ".join(rng.choice(_WORDS) for _ in range(25)),
+            permission_scope=rng.choice(_SCOPES),
+        )
+        for i in range(n)
+    ]
+
+
+_QUERIES = [
+    SearchQuery(query=q, allowed_scopes=list(scopes), top_k=10)
+    for q in ("glacier fjord", "moraine", "ice sheet basin", "esker valley -snow")
+    for scopes in (["alpha"], ["alpha", "beta"], ["gamma"], list(_SCOPES))
+]
+
+
+def _answers(c: PostgresSearchConnector) -> list[list[tuple[str, float]]]:
+    return [[(h.doc_id, round(h.score, 9)) for h in c.search(q).hits] for q in _QUERIES]
+
+
+@pytest.fixture
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=context_search_schema, embedder=HashingEmbedder()
+    ) as c:
+        c.upsert(_records(600))
+        yield c
+
+
+def _rows(c: PostgresSearchConnector, query: str, **params: Any) -> list[Any]:
+    with c.engine.connect() as conn:
+        return list(conn.execute(text(query), params).all())
+
+
+def _counters_exact(c: PostgresSearchConnector) -> None:
+    """``term_stats`` and ``scope_stats`` equal what the rows say."""
+    stale_terms = _rows(
+        c,
+        "SELECT * FROM (SELECT lexeme, permission_scope, lifecycle, count(*) AS df "
+        "FROM postings GROUP BY 1, 2, 3) p FULL JOIN (SELECT * FROM term_stats WHERE df <> 0) "
+        "t USING (lexeme, permission_scope, lifecycle) WHERE p.df IS DISTINCT FROM t.df",
+    )
+    assert stale_terms == []
+    stale_scopes = _rows(
+        c,
+        "SELECT * FROM (SELECT permission_scope, lifecycle, count(*) AS n FROM chunks "
+        "GROUP BY 1, 2) c FULL JOIN (SELECT * FROM scope_stats WHERE chunks <> 0) s "
+        "USING (permission_scope, lifecycle) WHERE c.n IS DISTINCT FROM s.chunks",
+    )
+    assert stale_scopes == []
+
+
+def _partition_of(c: PostgresSearchConnector, doc_id: str) -> set[str]:
+    rows = _rows(
+        c,
+        "SELECT DISTINCT tableoid::regclass::text FROM chunks WHERE doc_id = :d "
+        "UNION SELECT DISTINCT p.tableoid::regclass::text FROM postings p "
+        "JOIN chunks c USING (chunk_id) WHERE c.doc_id = :d",
+        d=doc_id,
+    )
+    return {str(r[0]).rsplit(".", 1)[-1] for r in rows}
+
+
+def test_partitioning_keeps_every_answer_and_every_counter(
+    store: PostgresSearchConnector,
+) -> None:
+    before = _answers(store)
+    ids_before = _rows(store, "SELECT chunk_id, doc_id, ordinal FROM chunks ORDER BY 1")
+
+    assert store.partition_scopes(["alpha"]) == ("alpha",)
+
+    assert _answers(store) == before
+    assert _rows(store, "SELECT chunk_id, doc_id, ordinal FROM chunks ORDER BY 1") == ids_before
+    _counters_exact(store)
+    alpha = next(r.document_id for r in _records(600) if r.permission_scope == "alpha")
+    beta = next(r.document_id for r in _records(600) if r.permission_scope == "beta")
+    assert {p.split("_s_")[0] for p in _partition_of(store, alpha)} == {"chunks", "postings"}
+    assert _partition_of(store, beta) == {"chunks_default", "postings_default"}
+    # Every search index of the default partition was adopted, not rebuilt: same names.
+    indexes = {r[0] for r in _rows(store, "SELECT indexname FROM pg_indexes")}
+    assert {f"{name}_default" for name in DEFERRABLE} <= indexes
+    assert set(DEFERRABLE) <= indexes
+
+    # A second call is a no-op for existing partitions; a later scope moves its rows.
+    assert store.partition_scopes(["beta", "alpha"]) == ("alpha", "beta")
+    assert _answers(store) == before
+    assert _partition_of(store, beta) != {"chunks_default", "postings_default"}
+    _counters_exact(store)
+
+
+def test_writes_route_by_scope_and_rescope_moves_the_rows(
+    store: PostgresSearchConnector,
+) -> None:
+    store.partition_scopes(["alpha", "beta"])
+    top = _rows(store, "SELECT max(chunk_id) FROM chunks")[0][0]
+    store.upsert(
+        [
+            ContextDocumentRecord(
+                document_id="new", body="cirque cirque esker", permission_scope="alpha"
+            )
+        ]
+    )
+    alpha_part = _partition_of(store, "new")
+    assert len(alpha_part) == 2 and "chunks_default" not in alpha_part
+    # The identity sequence went on from where the unpartitioned table left it.
+    assert _rows(store, "SELECT min(chunk_id) FROM chunks WHERE doc_id = 'new'")[0][0] > top
+
+    only_gamma = SearchQuery(query="cirque esker", allowed_scopes=["gamma"], top_k=50)
+    only_alpha = SearchQuery(query="cirque esker", allowed_scopes=["alpha"], top_k=50)
+    assert "new" in {h.doc_id for h in store.search(only_alpha).hits}
+    assert store.rescope("new", "gamma")
+    assert _partition_of(store, "new") == {"chunks_default", "postings_default"}
+    assert "new" not in {h.doc_id for h in store.search(only_alpha).hits}
+    assert "new" in {h.doc_id for h in store.search(only_gamma).hits}
+    assert store.rescope("new", "beta")
+    assert _partition_of(store, "new").isdisjoint({"chunks_default", "postings_default"})
+    assert _partition_of(store, "new") != alpha_part
+    _counters_exact(store)
+
+    assert store.delete_or_supersede("new")
+    store.reindex()  # the purge job removes its chunks and postings
+    assert _partition_of(store, "new") == set()
+    _counters_exact(store)
+
+
+def _executed_chunk_scans(nearest: str) -> list[tuple[str, str]]:
+    """(table, line) of every plan node of the vector arm that read ``chunks`` rows."""
+    return [
+        (m.group(1), line)
+        for line in nearest.splitlines()
+        if (m := re.search(r" on (chunks\w*) ", line)) and "never executed" not in line
+    ]
+
+
+def test_a_search_reads_only_its_scopes_partitions(
+    store: PostgresSearchConnector, context_search_dsn: str
+) -> None:
+    store.partition_scopes(["alpha", "beta"])
+    (alpha_chunks,) = (p for p in _partition_of(store, _first(store, "alpha")) if "chunks" in p)
+    # Either branch of the vector arm (exact_scale 0 and a threshold of 10: the one that may
+    # walk an HNSW graph; on a partition this small the planner sorts its rows instead).
+    for exact_scale in (0, 200):
+        with PostgresSearchConnector.open(
+            context_search_dsn,
+            schema=store.schema,
+            embedder=HashingEmbedder(),
+            exact_threshold=10,
+            exact_scale=exact_scale,
+        ) as reader:
+            plan = reader.search_plan(
+                SearchQuery(query="glacier", allowed_scopes=["alpha"], top_k=5), analyze=True
+            )
+        nearest = plan.split("CTE nearest", 1)[1].split("\n  CTE ", 1)[0]
+        scans = _executed_chunk_scans(nearest)
+        assert {table for table, _ in scans} == {alpha_chunks}, nearest
+
+
+def _first(c: PostgresSearchConnector, scope: str) -> str:
+    return str(
+        _rows(c, "SELECT min(doc_id) FROM documents WHERE permission_scope = :s", s=scope)[0][0]
+    )
+
+
+@contextmanager
+def _as_reader(dsn: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(f"{schema}_reader")))
+        conn.execute("SELECT set_config('context_search.allowed_scopes', '{beta}', false)")
+        yield conn
+
+
+def test_the_reader_role_reads_partitions_only_through_row_security(
+    store: PostgresSearchConnector, context_search_dsn: str
+) -> None:
+    store.partition_scopes(["alpha"])
+    partitions = [
+        str(r[0])
+        for r in _rows(
+            store,
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent IN (CAST('chunks' AS regclass), CAST('postings' AS regclass))",
+        )
+    ]
+    assert len(partitions) == 4
+    with _as_reader(context_search_dsn, store.schema) as conn:
+        scopes = {r[0] for r in conn.execute("SELECT DISTINCT permission_scope FROM chunks")}
+        assert scopes == {"beta"}
+        scopes = {r[0] for r in conn.execute("SELECT DISTINCT permission_scope FROM postings")}
+        assert scopes == {"beta"}
+        for name in partitions:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("SELECT 1 FROM {} LIMIT 1").format(sql.Identifier(name)))
+
+
+def test_a_large_load_into_a_partitioned_index_keeps_its_indexes(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=context_search_schema, embedder=HashingEmbedder()
+    ) as c:
+        c.partition_scopes(["alpha"])  # while empty
+        report = c.upsert(_records(2500, seed=7))  # an initial load: would defer index builds
+        assert report.inserted == 2500 and report.chunks_written == 2500
+        valid = _rows(
+            c,
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
+            "ON c.oid = i.indexrelid WHERE c.relname = ANY(:n)",
+            n=list(DEFERRABLE),
+        )
+        assert sorted(valid) == sorted((n, True) for n in DEFERRABLE)
+        _counters_exact(c)
+        hits = c.search(SearchQuery(query="fjord", allowed_scopes=["alpha"], top_k=5)).hits
+        assert hits and all(h.doc_id.startswith("d") for h in hits)
+
+
+def test_bad_scopes_and_read_only_connectors_are_refused(
+    store: PostgresSearchConnector, context_search_dsn: str
+) -> None:
+    for bad in ("", "  ", "x" * 257):
+        with pytest.raises(InvalidInputError):
+            store.partition_scopes([bad])
+    assert _rows(store, "SELECT relkind FROM pg_class WHERE oid = CAST('chunks' AS regclass)") == [
+        ("r",)
+    ]
+    with (
+        PostgresSearchConnector.open(
+            context_search_dsn, schema=store.schema, embedder=HashingEmbedder(), read_only=True
+        ) as reader,
+        pytest.raises(UnauthorizedError),
+    ):
+        reader.partition_scopes(["alpha"])
+
+
+def test_a_configuration_switch_keeps_the_partitions(
+    store: PostgresSearchConnector, context_search_dsn: str
+) -> None:
+    store.partition_scopes(["alpha"])
+    switch_configuration(
+        store.engine,
+        schema=store.schema,
+        embedder=HashingEmbedder(256),
+        chunk_bytes=1200,
+        chunk_overlap=200,
+        text_search_config="english",
+    )
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=store.schema,
+        embedder=HashingEmbedder(256),
+    ) as after:
+        assert _partition_of(after, _first(after, "beta")) == {
+            "chunks_default",
+            "postings_default",
+        }
+        assert "chunks_default" not in _partition_of(after, _first(after, "alpha"))
+        assert after.search(_QUERIES[0]).hits
+        _counters_exact(after)
+
+
+class TestPartitionedConformance(ConformanceSuite):
+    """Every contract case on an index whose scopes of the cases live in partitions of
+    their own (and the public scope in the default partition)."""
+
+    @pytest.fixture
+    def connector_factory(
+        self, context_search_dsn: str, context_search_embedder: Embedder
+    ) -> ConnectorFactory:
+        @contextmanager
+        def make() -> Iterator[SearchConnector]:
+            with (
+                temporary_schema(context_search_dsn, prefix="cs_part_") as schema,
+                PostgresSearchConnector.open(
+                    context_search_dsn, embedder=context_search_embedder, schema=schema
+                ) as connector,
+            ):
+                connector.partition_scopes([TEAM, RESTRICTED])
+                yield connector
+
+        return make
