@@ -182,7 +182,7 @@ def _naive(dsn: str, records: list[Any], embedder: Any, settings: Any) -> dict[s
         texts.extend(prepare(r, i, settings).index_texts)
     vectors = embedder.embed_documents(texts)
     rows = bulk._vector_rows(vectors)
-    mem_mb, workers = bulk._build_settings(len(texts), settings.dimension)
+    mem_mb, workers = bulk.build_settings(len(texts), settings.dimension)
     phases: dict[str, float] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {NAIVE} CASCADE")

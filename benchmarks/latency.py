@@ -30,7 +30,7 @@ from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log, p
 from context_search import ContextDocumentRecord, SearchQuery
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.admin import drop_index
-from context_search.postgres.bulk import _build_settings
+from context_search.postgres.bulk import build_settings
 from context_search.text import segment_for_index, segment_for_query
 from context_search.text.indexing import searchable_chunks
 
@@ -212,7 +212,7 @@ def run(
                 t2 = time.perf_counter()
                 p.bulk_add(ids, texts, vectors)  # COPY: add_embeddings is ~340 rows/s
                 # The same memory and workers as our own index build after a load.
-                p.create_vector_index(build=_build_settings(len(ids), embedder.dimension))
+                p.create_vector_index(build=build_settings(len(ids), embedder.dimension))
                 level["peer_ingest_s"] = round(time.perf_counter() - t2, 1)
 
             def theirs(q: tuple[str, np.ndarray], p: Any = p) -> None:

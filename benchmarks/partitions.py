@@ -29,7 +29,7 @@ from psycopg import sql
 
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log, percentiles
 from benchmarks.latency import index_texts
-from context_search.postgres.bulk import _build_settings
+from context_search.postgres.bulk import build_settings
 
 SCOPES = (("s0_1", 0.001), ("s1", 0.01), ("s10", 0.10))
 GLOBAL, PARTITIONED = "bench_part_global", "bench_part_list"
@@ -95,7 +95,7 @@ def _load(conn: psycopg.Connection[Any], vectors: np.ndarray, scopes: np.ndarray
 
 
 def _index(conn: psycopg.Connection[Any], table: str, rows: int, dim: int) -> float:
-    mem_mb, workers = _build_settings(rows, dim)
+    mem_mb, workers = build_settings(rows, dim)
     conn.execute(f"SET maintenance_work_mem = '{mem_mb}MB'")
     conn.execute(f"SET max_parallel_maintenance_workers = {workers}")
     t0 = time.perf_counter()

@@ -43,7 +43,6 @@ from psycopg.pq import Format
 from sqlalchemy import Connection, Engine, text
 
 from context_search.postgres.engine import autocommit_session, translate_errors
-from context_search.postgres.partitions import tables_partitioned
 
 if TYPE_CHECKING:
     from context_search.postgres.ingest import ChunkSource
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COPY_MIN_CHUNKS",
     "DEFER_MIN_CHUNKS",
+    "build_settings",
     "copy_chunks",
     "defer_index_builds",
     "ensure_indexes",
@@ -233,7 +233,7 @@ def _lock_key(conn: Any) -> int:
     return int(row[0])
 
 
-def _build_settings(rows: int, dimension: int) -> tuple[int, int]:
+def build_settings(rows: int, dimension: int) -> tuple[int, int]:
     """``maintenance_work_mem`` (MB) and parallel workers for an HNSW build of ``rows``:
     room for the whole graph (vectors plus neighbour lists, with slack) up to a quarter of
     the machine's memory, and every core but one as a worker."""
@@ -258,7 +258,7 @@ def _states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
 
 def _build(raw: Any, name: str, definition: str, rows: int, dimension: int) -> None:
     """Build one index with ``CREATE INDEX CONCURRENTLY`` (readers and writers go on)."""
-    mem_mb, workers = _build_settings(rows, dimension)
+    mem_mb, workers = build_settings(rows, dimension)
     raw.execute(f"SET maintenance_work_mem = '{mem_mb}MB'")
     raw.execute(f"SET max_parallel_maintenance_workers = {workers}")
     raw.execute("SET statement_timeout = 0")
@@ -326,6 +326,9 @@ def defer_index_builds(
         if raw is None:
             yield  # another load builds the indexes when it finishes
             return
+        # (imported here: partitions builds its indexes with this module's settings)
+        from context_search.postgres.partitions import tables_partitioned
+
         if tables_partitioned(raw):
             # Partitioned indexes cannot be dropped or built concurrently; each partition's
             # graph takes its rows as they come.

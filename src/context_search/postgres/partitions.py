@@ -28,8 +28,9 @@ What PostgreSQL requires of a partitioned table, and what it costs here:
 - ``CREATE INDEX CONCURRENTLY`` does not apply to partitioned indexes, so large loads into
   a partitioned index maintain the HNSW graphs row by row instead of building them
   afterwards (see ``bulk.py``);
-- giving a scope its partition later moves its rows out of the default partition in one
-  transaction that blocks writes (the write gate) and the scope's readers meanwhile.
+- giving a scope its partition later moves its rows out of the default partition (into a new
+  table, indexed in bulk, then attached) in one transaction that blocks writes (the write
+  gate) and the scope's readers meanwhile.
 
 Everything here is one transaction: a failure leaves the tables as they were.
 """
@@ -45,6 +46,7 @@ from psycopg import sql
 from sqlalchemy import Engine, text
 
 from context_search.errors import InvalidInputError, SchemaNotReadyError
+from context_search.postgres.bulk import build_settings
 from context_search.postgres.engine import translate_errors
 from context_search.postgres.gate import GATE
 
@@ -325,29 +327,47 @@ def _convert(raw: Any, table: str) -> None:
 
 
 def _carve(raw: Any, table: str, scope: str) -> None:
-    """Move ``scope``'s rows of ``table`` out of the default partition into its own."""
+    """Move ``scope``'s rows of ``table`` out of the default partition into its own: copied
+    into a new table, indexed in bulk (an HNSW graph built at once, with the load path's
+    memory and workers, instead of one insertion per row), then attached."""
     run = raw.execute
     default = sql.Identifier(_DEFAULT.format(table))
     part = sql.Identifier(_partition_name(table, scope))
-    moving = sql.Identifier(f"cs_moving_{table}")
-    # Rows move by direct reads and writes of the partitions: the statement triggers of the
-    # partitioned table do not fire, so the per-scope counters stay as they are (the rows
-    # are the same).
+    where = sql.SQL("{} = {}").format(sql.Identifier(_KEY), sql.Literal(scope))
     run(
-        sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT * FROM {} WHERE {} = {}").format(
-            moving, default, sql.Identifier(_KEY), sql.Literal(scope)
-        )
-    )
-    run(
-        sql.SQL("DELETE FROM {} WHERE {} = {}").format(
-            default, sql.Identifier(_KEY), sql.Literal(scope)
-        )
-    )
-    run(
-        sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
-            part, sql.Identifier(table), sql.Literal(scope)
-        )
+        sql.SQL(
+            "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
+            "INCLUDING STORAGE INCLUDING COMPRESSION)"
+        ).format(part, sql.Identifier(table))
     )
     run(sql.SQL("COMMENT ON TABLE {} IS {}").format(part, sql.Literal(scope)))
-    run(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(part, moving))
-    run(sql.SQL("DROP TABLE {}").format(moving))
+    # Direct reads and writes of the partitions: the statement triggers of the partitioned
+    # table do not fire, so the per-scope counters stay as they are (the rows are the same).
+    moved = run(
+        sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE {}").format(part, default, where)
+    ).rowcount
+    run(sql.SQL("DELETE FROM {} WHERE {}").format(default, where))
+    indexes = run(
+        "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i "
+        "WHERE i.indrelid = CAST(%s AS regclass) "
+        "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)",
+        (table,),
+    ).fetchall()
+    dimension = run(
+        "SELECT max(atttypmod) FROM pg_attribute "
+        "WHERE attrelid = CAST(%s AS regclass) AND atttypid = CAST('vector' AS regtype)",
+        (table,),
+    ).fetchone()[0]
+    mem_mb, workers = build_settings(max(1, moved), int(dimension or 0))
+    run(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(f"{mem_mb}MB")))
+    run(sql.SQL("SET LOCAL max_parallel_maintenance_workers = {}").format(sql.Literal(workers)))
+    for (definition,) in indexes:
+        # "CREATE INDEX name ON ONLY schema.table USING ..." -> the same index on the new
+        # table (named by the server); attaching adopts it for the partitioned index.
+        method = str(definition).split(" USING ", 1)[1]
+        run(sql.SQL("CREATE INDEX ON {} USING {}").format(part, sql.SQL(method)))
+    run(
+        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+            sql.Identifier(table), part, sql.Literal(scope)
+        )
+    )
