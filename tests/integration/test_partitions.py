@@ -208,6 +208,45 @@ def test_a_search_reads_only_its_scopes_partitions(
         assert {table for table, _ in scans} == {alpha_chunks}, nearest
 
 
+def _graph_branch_ran(plan: str) -> bool:
+    """Whether the vector arm took its HNSW branch (the one cut by ``NOT small``) rather
+    than exact distances."""
+    lines = plan.split("CTE nearest", 1)[1].split("\n  CTE ", 1)[0].splitlines()
+    for i, line in enumerate(lines):
+        if "One-Time Filter: (NOT (InitPlan" in line:
+            node = lines[i - 1]
+            rows = re.search(r"rows=([\d.]+)", node.split("actual", 1)[-1])
+            return "never executed" not in node and rows is not None and float(rows[1]) > 0
+    raise AssertionError(plan)
+
+
+def test_the_exact_path_is_sized_by_the_partitions_a_search_reads(
+    store: PostgresSearchConnector, context_search_dsn: str
+) -> None:
+    store.partition_scopes(["alpha"])
+    alpha = _rows(store, "SELECT count(*) FROM chunks WHERE permission_scope = 'alpha'")[0][0]
+    total = _rows(store, "SELECT count(*) FROM chunks")[0][0]
+    # Exact distances up to sqrt(100 x chunks): alpha's ~200 chunks are few against the
+    # ~600 of the whole index, many against the ~200 of alpha's own partition.
+    assert (100 * alpha) ** 0.5 < alpha <= (100 * total) ** 0.5
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=store.schema,
+        embedder=HashingEmbedder(),
+        exact_threshold=10,
+        exact_scale=100,
+    ) as reader:
+
+        def graph(*scopes: str) -> bool:
+            query = SearchQuery(query="glacier", allowed_scopes=list(scopes), top_k=5)
+            return _graph_branch_ran(reader.search_plan(query, analyze=True))
+
+        assert graph("alpha")  # alone in its partition: its own graph
+        # A scope without a partition of its own (no chunks at all) puts the default
+        # partition in the search, and the whole index in the count again.
+        assert not graph("alpha", "nobody")
+
+
 def _first(c: PostgresSearchConnector, scope: str) -> str:
     return str(
         _rows(c, "SELECT min(doc_id) FROM documents WHERE permission_scope = :s", s=scope)[0][0]

@@ -94,6 +94,7 @@ class SearchStatements:
             per_term=self.per_term,
             per_term_floor=min(self.per_term, 100),
             lexical_budget=4 * self.per_term,
+            partitioned=self.partitioned,
         )
 
     def tuning(self, vq: ValidQuery) -> dict[str, str]:

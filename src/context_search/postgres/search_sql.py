@@ -239,6 +239,29 @@ _EXACT_LIMIT = """
     FROM pg_catalog.pg_class r WHERE r.oid = CAST('chunks' AS regclass)
 """
 
+_PARTITIONS = """
+    SELECT r.reltuples, pg_catalog.obj_description(r.oid, 'pg_class') AS scope,
+           pg_catalog.pg_get_expr(r.relpartbound, r.oid) = 'DEFAULT' AS fallback
+    FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class r ON r.oid = i.inhrelid
+    WHERE i.inhparent = CAST('chunks' AS regclass)
+"""
+
+_EXACT_LIMIT_PARTITIONED = """
+    -- As above, over the chunks of the partitions this search reads (postgres/partitions.py):
+    -- those of the caller's scopes (each partition's comment names its scope) and the default
+    -- partition when one of the scopes has no partition of its own. A scope alone in its
+    -- partition has a graph of its own, which an iterative scan walks without skipping.
+    SELECT CAST(GREATEST({exact_threshold},
+                         sqrt({exact_scale} * COALESCE(sum(GREATEST(p.reltuples, 0)), 0)))
+                AS bigint) AS rows
+    FROM partitions p
+    WHERE CASE WHEN p.fallback THEN EXISTS (
+              SELECT 1 FROM unnest(CAST(:scopes AS text[])) AS s(scope)
+              WHERE s.scope <> ALL (ARRAY(
+                  SELECT q.scope FROM partitions q WHERE NOT q.fallback AND q.scope IS NOT NULL)))
+          ELSE p.scope = ANY(CAST(:scopes AS text[])) END
+"""
+
 _ELIGIBLE_PROBE = """
     -- Bounded count: at most exact_limit + 1 rows are touched, whatever the table size.
     SELECT count(*) <= (SELECT rows FROM exact_limit) AS small FROM (
@@ -397,6 +420,7 @@ class SearchLimits:
     per_term: int  # postings read per query term
     per_term_floor: int  # never fewer per term, however many terms
     lexical_budget: int  # postings shared by the terms of a many-term query
+    partitioned: bool = False  # chunks partitioned by scope: size the exact path by partition
 
 
 def _part(
@@ -437,7 +461,14 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
         _part("lifecycle_out", _LIFECYCLE_OUT, True, chunk=chunk),
         _part("chunk_bm25", _CHUNK_BM25, k1=sql.Literal(BM25_K1), b=sql.Literal(BM25_B)),
         _part("lexical", _LEXICAL, **consts),
-        _part("exact_limit", _EXACT_LIMIT, True, **consts),
+        *(
+            [
+                _part("partitions", _PARTITIONS, True),
+                _part("exact_limit", _EXACT_LIMIT_PARTITIONED, True, **consts),
+            ]
+            if limits.partitioned
+            else [_part("exact_limit", _EXACT_LIMIT, True, **consts)]
+        ),
         (
             _part("eligible_probe", _ELIGIBLE_PROBE, True, in_docs=in_docs, **consts)
             if filtered
