@@ -27,6 +27,7 @@ from context_search.conformance.corpus import RESTRICTED, TEAM
 from context_search.errors import InvalidInputError, UnauthorizedError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.bulk import DEFERRABLE
+from context_search.postgres.partitions import partition_by_scope
 from context_search.postgres.switch import switch_configuration
 from context_search.testing import ConformanceSuite, temporary_schema
 
@@ -119,6 +120,14 @@ def test_partitioning_keeps_every_answer_and_every_counter(
 ) -> None:
     before = _answers(store)
     ids_before = _rows(store, "SELECT chunk_id, doc_id, ordinal FROM chunks ORDER BY 1")
+    index_oids = dict(
+        _rows(
+            store,
+            "SELECT c.relname, c.oid FROM pg_class c WHERE c.relname = ANY(:n) "
+            "AND c.relnamespace = CAST(current_schema() AS regnamespace)",
+            n=list(DEFERRABLE),
+        )
+    )
 
     assert store.partition_scopes(["alpha"]) == ("alpha",)
 
@@ -129,10 +138,18 @@ def test_partitioning_keeps_every_answer_and_every_counter(
     beta = next(r.document_id for r in _records(600) if r.permission_scope == "beta")
     assert {p.split("_s_")[0] for p in _partition_of(store, alpha)} == {"chunks", "postings"}
     assert _partition_of(store, beta) == {"chunks_default", "postings_default"}
-    # Every search index of the default partition was adopted, not rebuilt: same names.
-    indexes = {r[0] for r in _rows(store, "SELECT indexname FROM pg_indexes")}
-    assert {f"{name}_default" for name in DEFERRABLE} <= indexes
-    assert set(DEFERRABLE) <= indexes
+    # Every search index of the old tables serves their default partitions now, the very
+    # same index (same oid), attached to the partitioned table's index of the old name.
+    adopted = dict(
+        _rows(
+            store,
+            "SELECT p.relname, c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = ANY(:n) "
+            "AND c.relname LIKE '%\\_default'",
+            n=list(DEFERRABLE),
+        )
+    )
+    assert adopted == index_oids
 
     # A second call is a no-op for existing partitions; a later scope moves its rows.
     assert store.partition_scopes(["beta", "alpha"]) == ("alpha", "beta")
@@ -285,6 +302,24 @@ def test_the_reader_role_reads_partitions_only_through_row_security(
                 conn.execute(sql.SQL("SELECT 1 FROM {} LIMIT 1").format(sql.Identifier(name)))
 
 
+def test_asking_again_for_existing_partitions_takes_no_lock(
+    store: PostgresSearchConnector, context_search_dsn: str
+) -> None:
+    store.partition_scopes(["alpha"])
+    with (
+        psycopg.connect(context_search_dsn) as reader,
+        psycopg.connect(context_search_dsn, autocommit=True) as admin,
+    ):
+        reader.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
+        reader.execute("SELECT 1 FROM chunks LIMIT 1")  # a reader's open transaction
+        admin.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
+        admin.execute("SET lock_timeout = '1s'")
+        assert partition_by_scope(admin, ["alpha"]) == ("alpha",)
+        with pytest.raises(psycopg.errors.LockNotAvailable):  # a new scope must wait
+            partition_by_scope(admin, ["beta"])
+    assert store.partition_scopes(["beta"]) == ("alpha", "beta")
+
+
 def test_a_large_load_into_a_partitioned_index_keeps_its_indexes(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
@@ -302,16 +337,19 @@ def test_a_large_load_into_a_partitioned_index_keeps_its_indexes(
         )
         assert sorted(valid) == sorted((n, True) for n in DEFERRABLE)
         _counters_exact(c)
+        alpha = {r.document_id for r in _records(2500, seed=7) if r.permission_scope == "alpha"}
         hits = c.search(SearchQuery(query="fjord", allowed_scopes=["alpha"], top_k=5)).hits
-        assert hits and all(h.doc_id.startswith("d") for h in hits)
+        assert hits and {h.doc_id for h in hits} <= alpha
 
 
 def test_bad_scopes_and_read_only_connectors_are_refused(
     store: PostgresSearchConnector, context_search_dsn: str
 ) -> None:
-    for bad in ("", "  ", "x" * 257):
+    for bad in ("", "  ", "x" * 257, "te\x00am"):
         with pytest.raises(InvalidInputError):
             store.partition_scopes([bad])
+    with pytest.raises(InvalidInputError):  # not one partition per letter
+        store.partition_scopes("alpha")  # type: ignore[arg-type]
     assert _rows(store, "SELECT relkind FROM pg_class WHERE oid = CAST('chunks' AS regclass)") == [
         ("r",)
     ]

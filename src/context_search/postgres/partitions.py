@@ -11,11 +11,12 @@ its large or heavily searched scopes partitions of their own::
 ``chunks`` and ``postings`` become LIST-partitioned by ``permission_scope``: one partition
 per named scope, each with its own HNSW graph, GIN and postings index, and a DEFAULT
 partition holding every other scope (which is where the existing rows stay: converting an
-index renames its tables into the default partitions and reuses their indexes, so nothing
-is rebuilt). A search names its scopes as values, so the planner reads only the caller's
-partitions. Every other statement is unchanged: inserts are routed by scope, and a rescope
-that changes partition moves the rows within its own transaction, so no reader ever sees a
-chunk under its old scope after the commit.
+index renames its tables into the default partitions and reuses their search indexes; only
+the keys' B-trees are built again, now with the scope in them). A search names its scopes
+as values, so the planner reads only the caller's partitions. Every other statement is
+unchanged: inserts are routed by scope, and a rescope that changes partition moves the rows
+within its own transaction, so no reader ever sees a chunk under its old scope after the
+commit.
 
 What PostgreSQL requires of a partitioned table, and what it costs here:
 
@@ -28,11 +29,18 @@ What PostgreSQL requires of a partitioned table, and what it costs here:
 - ``CREATE INDEX CONCURRENTLY`` does not apply to partitioned indexes, so large loads into
   a partitioned index maintain the HNSW graphs row by row instead of building them
   afterwards (see ``bulk.py``);
-- giving a scope its partition later moves its rows out of the default partition (into a new
-  table, indexed in bulk, then attached) in one transaction that blocks writes (the write
-  gate) and the scope's readers meanwhile.
+- converting, or giving a scope its partition later (its rows move out of the default
+  partition into a new table, indexed in bulk, then attached), holds ``chunks`` and
+  ``postings`` locked for the whole transaction: every search and every write waits. A
+  search whose snapshot was taken before the move committed and that then waited for the
+  lock does not see the moved rows (PostgreSQL's caveat for rows rewritten into new tables,
+  as with ``TRUNCATE``): partition scopes when the index is created or in a quiet moment;
+- partition bounds and each partition's comment name its scope, and the statistics views
+  count its rows: any database role can read the catalogs, so the scopes' names and sizes
+  are visible to whoever can log in (not to the library's callers).
 
-Everything here is one transaction: a failure leaves the tables as they were.
+Asking again for scopes that already have partitions takes no lock. Everything else is
+one transaction: a failure leaves the tables as they were.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from context_search.errors import InvalidInputError, SchemaNotReadyError
 from context_search.postgres.bulk import build_settings
 from context_search.postgres.engine import translate_errors
 from context_search.postgres.gate import GATE
+from context_search.validation import validate_scope
 
 __all__ = [
     "PARTITIONED_TABLES",
@@ -80,6 +89,7 @@ class _TableDefinition:
     grants: list[tuple[str, str]]  # grantee, privilege
     row_security: tuple[bool, bool]  # enabled, forced
     identity: str | None  # the identity column
+    owner: str
 
 
 def is_partitioned(engine: Engine) -> bool:
@@ -114,8 +124,18 @@ def partition_by_scope(raw: Any, scopes: Sequence[str]) -> tuple[str, ...]:
     Idempotent: a scope that already has its partition is left as it is. ``raw`` is a
     psycopg connection in autocommit whose ``search_path`` is the index's schema.
     """
-    wanted = sorted({_checked(s) for s in scopes})
+    wanted = _checked(scopes)
+    existing = scope_partitions(raw)
+    if existing is not None and set(wanted) <= set(existing):
+        return existing  # nothing to move: no lock taken, no reader or writer waits
     with raw.transaction():
+        # A bulk load holds this key while it has search indexes dropped (bulk.py): wait for
+        # it to finish (before the gate, which its batches pass), so it never meets a
+        # partitioned table it cannot rebuild its indexes on.
+        raw.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || %s, 0))",
+            (":vector-index-load",),
+        )
         # Writers wait at the gate before touching any table, so none holds a document row
         # lock while waiting for the tables locked here (which would deadlock).
         raw.execute(
@@ -147,13 +167,17 @@ def partition_by_scope(raw: Any, scopes: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(have | set(wanted)))
 
 
-def _checked(scope: str) -> str:
-    if not isinstance(scope, str) or not scope.strip() or len(scope) > 256:
+def _checked(scopes: Sequence[str]) -> list[str]:
+    """The scopes as a write takes them; a bare string is refused, not split into letters
+    (a partition, once made, stays)."""
+    if isinstance(scopes, (str, bytes)) or not isinstance(scopes, (Sequence, set, frozenset)):
         raise InvalidInputError(
-            "a partition's scope must be a non-empty permission scope of at most 256 characters",
-            details={"scope": str(scope)[:300]},
+            "scopes must be a sequence of permission scopes", details={"field": "scopes"}
         )
-    return scope
+    checked = {validate_scope(s, name="scopes[]") for s in scopes}
+    if any(not s.strip() for s in checked):
+        raise InvalidInputError("a scope must not be blank", details={"field": "scopes[]"})
+    return sorted(checked)
 
 
 def _refuse_pending_builds(raw: Any) -> None:
@@ -222,7 +246,10 @@ def _definition(raw: Any, table: str) -> _TableDefinition:
         "SELECT r.rolname, a.privilege_type FROM pg_class c, aclexplode(c.relacl) a "
         "JOIN pg_roles r ON r.oid = a.grantee WHERE c.oid = {oid} AND a.grantee <> c.relowner"
     )
-    flags = rows("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = {oid}")
+    flags = rows(
+        "SELECT relrowsecurity, relforcerowsecurity, pg_get_userbyid(relowner) "
+        "FROM pg_class WHERE oid = {oid}"
+    )
     identity = rows("SELECT attname FROM pg_attribute WHERE attrelid = {oid} AND attidentity <> ''")
     return _TableDefinition(
         keys=[(str(n), str(d)) for n, t, d in constraints if t in ("p", "u")],
@@ -233,6 +260,7 @@ def _definition(raw: Any, table: str) -> _TableDefinition:
         grants=[(str(g), str(p)) for g, p in grants],
         row_security=(bool(flags[0][0]), bool(flags[0][1])),
         identity=str(identity[0][0]) if identity else None,
+        owner=str(flags[0][2]),
     )
 
 
@@ -284,6 +312,9 @@ def _convert(raw: Any, table: str) -> None:
             "INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY LIST ({})"
         ).format(new, old, sql.Identifier(_KEY))
     )
+    # The index keeps its owner whoever partitions it (an operator's role, say): the
+    # application's role keeps every right on its tables.
+    run(sql.SQL("ALTER TABLE {} OWNER TO {}").format(new, sql.Identifier(found.owner)))
     if found.identity is not None:
         run(
             sql.SQL(
@@ -341,6 +372,14 @@ def _carve(raw: Any, table: str, scope: str) -> None:
         ).format(part, sql.Identifier(table))
     )
     run(sql.SQL("COMMENT ON TABLE {} IS {}").format(part, sql.Literal(scope)))
+    owner = run(
+        "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = CAST(%s AS regclass)",
+        (table,),
+    ).fetchone()[0]
+    run(sql.SQL("ALTER TABLE {} OWNER TO {}").format(part, sql.Identifier(owner)))
+    # Nobody is granted the partition itself; with row security on and no policy, a grant
+    # made by mistake still shows no row (readers go through the partitioned table).
+    run(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(part))
     # Direct reads and writes of the partitions: the statement triggers of the partitioned
     # table do not fire, so the per-scope counters stay as they are (the rows are the same).
     moved = run(

@@ -216,6 +216,7 @@ def switch_configuration(
                     rounds, caught_up = rounds + 1, caught_up + len(changed)
                     _carry_over(next_engine, build, settings.revision, changed)
                     _index(next_engine, worker, settings, progress)
+                _same_partitions(raw, next_engine)
                 # The last round and the swap behind the write gate: writers wait at the
                 # gate (before resolving any table), searches go on.
                 gate = lock_key(raw, schema, GATE)
@@ -226,6 +227,7 @@ def switch_configuration(
                     rounds, caught_up = rounds + 1, caught_up + len(changed)
                     _carry_over(next_engine, build, settings.revision, changed)
                     _index(next_engine, worker, settings, progress)
+                    _same_partitions(raw, next_engine)  # scopes partitioned meanwhile
                     documents = swap_schemas(raw, schema, shadow, retired)
                 finally:
                     raw.execute("SELECT pg_advisory_unlock(%s)", (gate,))
@@ -319,11 +321,6 @@ def _prepare_shadow(
     fresh = not _exists(raw, shadow)
     if fresh:
         migrate(next_engine, schema=shadow, dimension=embedder.dimension)
-        # The new configuration keeps the live index's partitions (made while empty).
-        scopes = scope_partitions(raw)
-        if scopes is not None:
-            with autocommit_session(next_engine, "switch configuration") as next_raw:
-                partition_by_scope(next_raw, scopes)
         with raw.transaction():
             copy_rows(raw, (build.schema, "index_configs"), (shadow, "index_configs"))
             raw.execute(
@@ -335,6 +332,16 @@ def _prepare_shadow(
     # Activating queues an index job for every document not indexed under it: all of them
     # after a fresh copy, the rest after an interrupted build.
     return activate_config(next_engine, embedder, *chunking, reconfigure=True)
+
+
+def _same_partitions(raw: Any, next_engine: Engine) -> None:
+    """The new configuration's tables partitioned like the live ones (after its load, which
+    builds its search indexes at once only on unpartitioned tables)."""
+    scopes = scope_partitions(raw)
+    if scopes is not None:
+        with autocommit_session(next_engine, "switch configuration") as next_raw:
+            next_raw.execute("SET statement_timeout = 0")
+            partition_by_scope(next_raw, scopes)
 
 
 def _carry_over(

@@ -149,11 +149,12 @@ class WriteSide:
         postings (see ``postgres/partitions.py``); returns every scope that has one.
 
         The first call partitions ``chunks`` and ``postings`` (the existing rows stay, as
-        the default partition, with their indexes); a scope that already has its partition
-        is left alone. One transaction behind the write gate: writers wait, and readers of
-        the moved scopes wait for the rows they read. Other connectors open on the index
-        keep planning searches for the unpartitioned tables (correct, but reading every
-        partition) until they are opened again.
+        the default partition, with their search indexes); a scope that already has its
+        partition is left alone, and a call that adds none takes no lock. Otherwise one
+        transaction holds both tables locked: searches and writes wait until it commits,
+        so partition when the index is created or in a quiet moment. Other connectors open
+        on the index keep planning searches for the unpartitioned tables (correct, but
+        reading every partition) until they are opened again.
         """
         self._writable("partition_scopes")
         with autocommit_session(self._engine, "partition scopes") as raw:
