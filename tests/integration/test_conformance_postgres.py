@@ -14,6 +14,9 @@ from context_search.testing import ConformanceSuite, temporary_schema
 
 
 class TestPostgresConformance(ConformanceSuite):
+    #: Scopes given partitions of their own before each case (``None``: one table).
+    partitioned_scopes: tuple[str, ...] | None = None
+
     @pytest.fixture
     def connector_factory(
         self, context_search_dsn: str, context_search_embedder: Embedder
@@ -26,6 +29,8 @@ class TestPostgresConformance(ConformanceSuite):
                     context_search_dsn, embedder=context_search_embedder, schema=schema
                 ) as connector,
             ):
+                if self.partitioned_scopes is not None:
+                    connector.partition_scopes(self.partitioned_scopes)
                 yield connector
 
         return make

@@ -17,19 +17,16 @@ from sqlalchemy import text
 
 from context_search import (
     ContextDocumentRecord,
-    Embedder,
     HashingEmbedder,
-    SearchConnector,
     SearchQuery,
 )
-from context_search.conformance import ConnectorFactory
 from context_search.conformance.corpus import RESTRICTED, TEAM
 from context_search.errors import InvalidInputError, UnauthorizedError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.bulk import DEFERRABLE
 from context_search.postgres.partitions import partition_by_scope
 from context_search.postgres.switch import switch_configuration
-from context_search.testing import ConformanceSuite, temporary_schema
+from tests.integration import test_conformance_postgres
 
 _WORDS = [
     "glacier",
@@ -388,23 +385,8 @@ def test_a_configuration_switch_keeps_the_partitions(
         _counters_exact(after)
 
 
-class TestPartitionedConformance(ConformanceSuite):
-    """Every contract case on an index whose scopes of the cases live in partitions of
-    their own (and the public scope in the default partition)."""
+class TestPartitionedConformance(test_conformance_postgres.TestPostgresConformance):
+    """Every contract case on an index whose cases' scopes live in partitions of their own
+    (and the public scope in the default partition)."""
 
-    @pytest.fixture
-    def connector_factory(
-        self, context_search_dsn: str, context_search_embedder: Embedder
-    ) -> ConnectorFactory:
-        @contextmanager
-        def make() -> Iterator[SearchConnector]:
-            with (
-                temporary_schema(context_search_dsn, prefix="cs_part_") as schema,
-                PostgresSearchConnector.open(
-                    context_search_dsn, embedder=context_search_embedder, schema=schema
-                ) as connector,
-            ):
-                connector.partition_scopes([TEAM, RESTRICTED])
-                yield connector
-
-        return make
+    partitioned_scopes = (TEAM, RESTRICTED)
