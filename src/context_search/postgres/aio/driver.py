@@ -92,6 +92,10 @@ class _Cursor:
         await_(self._cursor.execute(query, params))
         return self
 
+    @property
+    def rowcount(self) -> int:
+        return int(self._cursor.rowcount)
+
     def fetchone(self) -> Any:
         return await_(self._cursor.fetchone())
 
