@@ -220,7 +220,7 @@ def _fill(connector: Any, *, secret: bool) -> None:
         )
 
 
-@pytest.fixture(scope="module", params=["memory", "postgres", "sqlite", "replica"])
+@pytest.fixture(scope="module", params=["memory", "postgres", "sqlite", "replica", "partitioned"])
 def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
     if request.param in ("memory", "sqlite"):
         with_secret, without = (
@@ -252,6 +252,12 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
             )
 
         with_secret, without = open_(schema_with), open_(schema_without)
+        if request.param == "partitioned":
+            # The secrets' scopes in partitions of their own (their own HNSW graph and
+            # postings), the public scope in the default partition; the same layout on
+            # both sides, so answers stay comparable.
+            for connector in (with_secret, without):
+                connector.partition_scopes([VAULT, "vault2"])
         _fill(with_secret, secret=True)
         _fill(without, secret=False)
         off = {"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_sort": "off"}
@@ -270,10 +276,10 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
         yield Pair(kind, with_secret, without, dsn, schema_with, schema_without, hnsw)
 
 
-#: Raw SQL and the HNSW path exist only on PostgreSQL: those tests take only that pair.
-pg_only = pytest.mark.parametrize("pair", ["postgres"], indirect=True)
+#: Raw SQL and the HNSW path exist only on PostgreSQL: those tests take only those pairs.
+pg_only = pytest.mark.parametrize("pair", ["postgres", "partitioned"], indirect=True)
 #: Raw reads (no writes, no ANALYZE) also run against the streaming replica.
-pg_reads = pytest.mark.parametrize("pair", ["postgres", "replica"], indirect=True)
+pg_reads = pytest.mark.parametrize("pair", ["postgres", "replica", "partitioned"], indirect=True)
 
 
 # -- comparing answers ------------------------------------------------------------------
