@@ -19,13 +19,12 @@ from context_search.cli.common import (
 )
 from context_search.errors import SchemaNotReadyError
 from context_search.postgres.engine import (
-    autocommit_session,
     close_store_engine,
     create_store_engine,
     current_revision,
     migrate,
 )
-from context_search.postgres.partitions import partition_by_scope
+from context_search.postgres.partitions import partition_index
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import validate_schema
 
@@ -66,7 +65,7 @@ def partition_command(
 ) -> None:
     """Partition chunks and postings by scope: each named scope gets its own partition (its
     own HNSW graph and postings); every other scope stays in the default partition.
-    Idempotent; writers wait while a scope's rows move. Reopen running connectors after."""
+    Idempotent; searches and writes wait while rows move. Reopen running connectors after."""
     with cli_errors(as_json=as_json, verbose=verbose):
         validate_schema(schema)
         server = resolve_server(dsn)
@@ -77,9 +76,7 @@ def partition_command(
                     f"schema {schema} does not exist; run `context-search migrate` first",
                     details={"schema": schema},
                 )
-            with autocommit_session(engine, "partition scopes") as raw:
-                raw.execute("SET statement_timeout = 0")
-                done = partition_by_scope(raw, scopes)
+            done = partition_index(engine, scopes)
         finally:
             close_store_engine(engine)
     if as_json:

@@ -55,6 +55,8 @@ __all__ = [
     "defer_index_builds",
     "ensure_indexes",
     "large_rebuild_queued",
+    "load_lock_key",
+    "pending_builds",
     "should_defer",
 ]
 
@@ -226,7 +228,8 @@ def large_rebuild_queued(engine: Engine) -> bool:
     return should_defer(int(jobs * per_doc), int(row.chunks))
 
 
-def _lock_key(conn: Any) -> int:
+def load_lock_key(conn: Any) -> int:
+    """The advisory lock a load holds while it has search indexes dropped."""
     row = conn.execute(
         "SELECT hashtextextended(current_schema() || ':vector-index-load', 0)"
     ).fetchone()
@@ -280,7 +283,8 @@ def _note(raw: Any, definitions: dict[str, str] | None) -> None:
     raw.execute(psycopg.sql.SQL("COMMENT ON TABLE chunks IS {}").format(psycopg.sql.Literal(value)))
 
 
-def _noted(raw: Any) -> dict[str, str]:
+def pending_builds(raw: Any) -> dict[str, str]:
+    """The indexes a load dropped and has not built again yet (noted on ``chunks``)."""
     row = raw.execute("SELECT obj_description(CAST('chunks' AS regclass), 'pg_class')").fetchone()
     text_ = row[0] if row else None
     if not text_ or not str(text_).startswith(_MARKER):
@@ -295,7 +299,7 @@ def _noted(raw: Any) -> dict[str, str]:
 def _ddl_session(engine: Engine, action: str) -> Iterator[Any]:
     """An autocommit connection holding the load lock; yields None if another holds it."""
     with autocommit_session(engine, action) as raw:
-        key = _lock_key(raw)
+        key = load_lock_key(raw)
         if not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
             yield None
             return
@@ -338,7 +342,7 @@ def defer_index_builds(
         if not definitions:
             yield
             return
-        _note(raw, {**_noted(raw), **definitions})
+        _note(raw, {**pending_builds(raw), **definitions})
         for name in definitions:
             raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         try:
@@ -361,7 +365,7 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
     with translate_errors("ensure indexes"), engine.connect() as sa_conn:
         raw = sa_conn.connection.driver_connection
         assert raw is not None
-        noted = _noted(raw)
+        noted = pending_builds(raw)
         invalid = [n for n, (_, valid) in _states(raw, DEFERRABLE).items() if not valid]
         raw.rollback()
     if not noted and not invalid:
@@ -372,14 +376,14 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
             return []  # a load in progress builds them at its end
         states = _states(raw, DEFERRABLE)
         todo = {n: d for n, (d, valid) in states.items() if not valid}
-        todo.update({n: d for n, d in _noted(raw).items() if n not in states})
+        todo.update({n: d for n, d in pending_builds(raw).items() if n not in states})
         rows = _count(raw)
         for name, definition in todo.items():
             raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
             log.warning("building the missing index %s over %d chunks", name, rows)
             _build(raw, name, definition, rows, dimension)
             built.append(name)
-        noted = _noted(raw)
+        noted = pending_builds(raw)
         now = _states(raw, list(noted))
         if len(now) == len(noted) and all(valid for _, valid in now.values()):
             _note(raw, None)

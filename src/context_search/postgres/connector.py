@@ -242,17 +242,12 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             chunk_overlap=chunk_overlap,
             text_search_config=text_search_config,
         )
-        try:
-            partitioned = is_partitioned(engine)
-        except BaseException:
-            if given is None:
-                close_store_engine(engine)
-            raise
         if read_dsns and replica_engines:
             raise InvalidConfigError(
                 "give read_dsns or replica_engines, not both", details={"field": "read_dsns"}
             )
         try:
+            partitioned = is_partitioned(engine)
             read_engines = (
                 [(engine_server_name(e), e) for e in replica_engines]
                 if replica_engines

@@ -54,15 +54,16 @@ from psycopg import sql
 from sqlalchemy import Engine, text
 
 from context_search.errors import InvalidInputError, SchemaNotReadyError
-from context_search.postgres.bulk import build_settings
-from context_search.postgres.engine import translate_errors
-from context_search.postgres.gate import GATE
+from context_search.postgres.bulk import build_settings, load_lock_key, pending_builds
+from context_search.postgres.engine import autocommit_session, translate_errors
+from context_search.postgres.gate import GATE, lock_key
 from context_search.validation import validate_scope
 
 __all__ = [
     "PARTITIONED_TABLES",
     "is_partitioned",
     "partition_by_scope",
+    "partition_index",
     "scope_partitions",
     "tables_partitioned",
 ]
@@ -72,7 +73,6 @@ PARTITIONED_TABLES = ("chunks", "postings")
 _KEY = "permission_scope"
 _DEFAULT = "{}_default"
 _IDENTITY_SEQUENCE = "chunks_chunk_id_seq"
-_NOTE_MARKER = "context-search deferred index builds: "
 _IS_PARTITIONED = "SELECT relkind = 'p' FROM pg_class WHERE oid = CAST('chunks' AS regclass)"
 
 
@@ -117,6 +117,17 @@ def scope_partitions(raw: Any) -> tuple[str, ...] | None:
     return tuple(sorted(str(r[0]) for r in rows))
 
 
+def partition_index(engine: Engine, scopes: Sequence[str]) -> tuple[str, ...]:
+    """:func:`partition_by_scope` on a connection of ``engine`` (whose ``search_path`` is the
+    index's schema), with no statement time limit: moving a large scope takes a while."""
+    with autocommit_session(engine, "partition scopes") as raw:
+        raw.execute("SET statement_timeout = 0")
+        try:
+            return partition_by_scope(raw, scopes)
+        finally:
+            raw.execute("RESET statement_timeout")
+
+
 def partition_by_scope(raw: Any, scopes: Sequence[str]) -> tuple[str, ...]:
     """Give each of ``scopes`` a partition of its own (partitioning the tables first if they
     are not), in one transaction behind the write gate; returns every partitioned scope.
@@ -132,16 +143,11 @@ def partition_by_scope(raw: Any, scopes: Sequence[str]) -> tuple[str, ...]:
         # A bulk load holds this key while it has search indexes dropped (bulk.py): wait for
         # it to finish (before the gate, which its batches pass), so it never meets a
         # partitioned table it cannot rebuild its indexes on.
-        raw.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || %s, 0))",
-            (":vector-index-load",),
-        )
+        raw.execute("SELECT pg_advisory_xact_lock(%s)", (load_lock_key(raw),))
         # Writers wait at the gate before touching any table, so none holds a document row
         # lock while waiting for the tables locked here (which would deadlock).
-        raw.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/' || %s, 0))",
-            (GATE,),
-        )
+        schema = raw.execute("SELECT current_schema()").fetchone()[0]
+        raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(raw, schema, GATE),))
         raw.execute(
             sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
                 sql.SQL(", ").join(sql.Identifier(t) for t in PARTITIONED_TABLES)
@@ -183,14 +189,25 @@ def _checked(scopes: Sequence[str]) -> list[str]:
 def _refuse_pending_builds(raw: Any) -> None:
     """A load that dropped search indexes to build them afterwards notes them in the comment
     of ``chunks``; converting would lose the note, so the indexes must exist first."""
-    row = raw.execute("SELECT obj_description(CAST('chunks' AS regclass), 'pg_class')")
-    note = row.fetchone()[0]
-    if note and str(note).startswith(_NOTE_MARKER):
+    pending = pending_builds(raw)
+    if pending:
         raise SchemaNotReadyError(
             "a bulk load has search indexes still to build; let it finish (or open the "
             "connector, which builds them) before partitioning",
-            details={"note": str(note)[:500]},
+            details={"indexes": sorted(pending)},
         )
+
+
+def _indexes(raw: Any, table: str) -> list[tuple[str, str]]:
+    """(name, CREATE INDEX statement) of ``table``'s indexes that back no constraint."""
+    rows = raw.execute(
+        "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = CAST(%s AS regclass) "
+        "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid) "
+        "ORDER BY c.relname",
+        (table,),
+    ).fetchall()
+    return [(str(n), str(d)) for n, d in rows]
 
 
 def _partition_name(table: str, scope: str) -> str:
@@ -209,12 +226,6 @@ def _definition(raw: Any, table: str) -> _TableDefinition:
     constraints = rows(
         "SELECT conname, contype, pg_get_constraintdef(oid) FROM pg_constraint "
         "WHERE conrelid = {oid} AND contype IN ('p', 'u', 'f') ORDER BY conname"
-    )
-    indexes = rows(
-        "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i "
-        "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = {oid} "
-        "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid) "
-        "ORDER BY c.relname"
     )
     triggers = rows(
         "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger "
@@ -254,7 +265,7 @@ def _definition(raw: Any, table: str) -> _TableDefinition:
     return _TableDefinition(
         keys=[(str(n), str(d)) for n, t, d in constraints if t in ("p", "u")],
         foreign_keys=[(str(n), str(d)) for n, t, d in constraints if t == "f"],
-        indexes=[(str(n), str(d)) for n, d in indexes],
+        indexes=_indexes(raw, table),
         triggers=[(str(n), str(d)) for n, d in triggers],
         policies=policies,
         grants=[(str(g), str(p)) for g, p in grants],
@@ -386,12 +397,6 @@ def _carve(raw: Any, table: str, scope: str) -> None:
         sql.SQL("INSERT INTO {} SELECT * FROM {} WHERE {}").format(part, default, where)
     ).rowcount
     run(sql.SQL("DELETE FROM {} WHERE {}").format(default, where))
-    indexes = run(
-        "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i "
-        "WHERE i.indrelid = CAST(%s AS regclass) "
-        "AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)",
-        (table,),
-    ).fetchall()
     dimension = run(
         "SELECT max(atttypmod) FROM pg_attribute "
         "WHERE attrelid = CAST(%s AS regclass) AND atttypid = CAST('vector' AS regtype)",
@@ -400,10 +405,10 @@ def _carve(raw: Any, table: str, scope: str) -> None:
     mem_mb, workers = build_settings(max(1, moved), int(dimension or 0))
     run(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(f"{mem_mb}MB")))
     run(sql.SQL("SET LOCAL max_parallel_maintenance_workers = {}").format(sql.Literal(workers)))
-    for (definition,) in indexes:
+    for _, definition in _indexes(raw, table):
         # "CREATE INDEX name ON ONLY schema.table USING ..." -> the same index on the new
         # table (named by the server); attaching adopts it for the partitioned index.
-        method = str(definition).split(" USING ", 1)[1]
+        method = definition.split(" USING ", 1)[1]
         run(sql.SQL("CREATE INDEX ON {} USING {}").format(part, sql.SQL(method)))
     run(
         sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(

@@ -52,7 +52,7 @@ from context_search.postgres.ingest import (
     IndexSettings,
 )
 from context_search.postgres.jobs import JobWorker
-from context_search.postgres.partitions import partition_by_scope, scope_partitions
+from context_search.postgres.partitions import partition_index, scope_partitions
 from context_search.postgres.swap import (
     changed_documents,
     columns,
@@ -339,9 +339,7 @@ def _same_partitions(raw: Any, next_engine: Engine) -> None:
     builds its search indexes at once only on unpartitioned tables)."""
     scopes = scope_partitions(raw)
     if scopes is not None:
-        with autocommit_session(next_engine, "switch configuration") as next_raw:
-            next_raw.execute("SET statement_timeout = 0")
-            partition_by_scope(next_raw, scopes)
+        partition_index(next_engine, scopes)
 
 
 def _carry_over(

@@ -25,10 +25,9 @@ from context_search.contract import (
 )
 from context_search.embedding import GuardedEmbedder
 from context_search.errors import UnauthorizedError
-from context_search.postgres.engine import autocommit_session
 from context_search.postgres.ingest import IndexSettings, ProgressCallback
 from context_search.postgres.jobs import JobProgress, JobWorker
-from context_search.postgres.partitions import partition_by_scope
+from context_search.postgres.partitions import partition_index
 from context_search.postgres.replicas import CommitTokens
 from context_search.postgres.search import SearchStatements
 from context_search.postgres.statistics import refresh_statistics
@@ -157,12 +156,7 @@ class WriteSide:
         reading every partition) until they are opened again.
         """
         self._writable("partition_scopes")
-        with autocommit_session(self._engine, "partition scopes") as raw:
-            raw.execute("SET statement_timeout = 0")  # moving a large scope takes a while
-            try:
-                partitioned = partition_by_scope(raw, scopes)
-            finally:
-                raw.execute("RESET statement_timeout")
+        partitioned = partition_index(self._engine, scopes)
         self._statements = dataclasses.replace(self._statements, partitioned=True)
         self._tokens.after_write()
         return partitioned
