@@ -45,6 +45,7 @@ from context_search.errors import (
     OperationCancelledError,
     SchemaNotReadyError,
 )
+from context_search.postgres.liveness import check_connection
 from context_search.postgres.server import redact, sqlalchemy_url
 from context_search.postgres.settings import (
     DEFAULT_SCHEMA,
@@ -276,7 +277,7 @@ def create_store_engine(
     pool: ConnectionPool[Any] = ConnectionPool(
         conninfo,
         connection_class=connection_class,
-        check=ConnectionPool.check_connection,
+        check=check_connection,
         open=True,
         **options,
     )
@@ -383,6 +384,26 @@ def require_head(engine: Engine, *, schema: str = DEFAULT_SCHEMA) -> str:
     )
 
 
+def _contract_error(action: str, orig: BaseException | None, dsn: str | None) -> Exception:
+    state = getattr(orig, "sqlstate", None) or ""
+    where = f" ({redact(dsn)})" if dsn else ""
+    if state == "57014":  # query_canceled: statement_timeout or a cancel request
+        return OperationCancelledError(
+            f"{action}: cancelled or timed out; nothing was changed",
+            details={"sqlstate": state, "reason": "timeout"},
+        )
+    if isinstance(orig, psycopg.OperationalError) and state[:2] in ("", "08", "57"):
+        return BackendUnavailableError(
+            f"{action}: database unreachable{where}", details={"sqlstate": state}
+        )
+    diag = getattr(orig, "diag", None)
+    primary = getattr(diag, "message_primary", None) or ""
+    return BackendError(
+        f"{action} failed with SQLSTATE {state or 'unknown'}: {primary}",
+        details={"sqlstate": state},
+    )
+
+
 @contextmanager
 def translate_errors(action: str, *, dsn: str | None = None) -> Iterator[None]:
     """The one boundary where driver errors become contract errors (by SQLSTATE class)."""
@@ -391,24 +412,9 @@ def translate_errors(action: str, *, dsn: str | None = None) -> Iterator[None]:
     except ContextSearchError:
         raise
     except sqlalchemy.exc.DBAPIError as exc:
-        orig = exc.orig
-        state = getattr(orig, "sqlstate", None) or ""
-        where = f" ({redact(dsn)})" if dsn else ""
-        if state == "57014":  # query_canceled: statement_timeout or a cancel request
-            raise OperationCancelledError(
-                f"{action}: cancelled or timed out; nothing was changed",
-                details={"sqlstate": state, "reason": "timeout"},
-            ) from exc
-        if isinstance(orig, psycopg.OperationalError) and state[:2] in ("", "08", "57"):
-            raise BackendUnavailableError(
-                f"{action}: database unreachable{where}", details={"sqlstate": state}
-            ) from exc
-        diag = getattr(orig, "diag", None)
-        primary = getattr(diag, "message_primary", None) or ""
-        raise BackendError(
-            f"{action} failed with SQLSTATE {state or 'unknown'}: {primary}",
-            details={"sqlstate": state},
-        ) from exc
+        raise _contract_error(action, exc.orig, dsn) from exc
+    except psycopg.Error as exc:  # statements sent on the driver connection itself
+        raise _contract_error(action, exc, dsn) from exc
     except sqlalchemy.exc.SQLAlchemyError as exc:
         raise BackendError(f"{action} failed: {type(exc).__name__}") from exc
 

@@ -45,6 +45,7 @@ from context_search.postgres.engine import (
     load_json,
     pool_arguments,
 )
+from context_search.postgres.liveness import check_async_connection
 from context_search.postgres.server import sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA
 
@@ -58,6 +59,19 @@ __all__ = [
 T = TypeVar("T")
 
 _DRIVER = "context_search_async"
+
+
+@contextmanager
+def _entered(manager: Any) -> Iterator[Any]:
+    """An async context manager of psycopg's entered and left from synchronous code, each
+    step awaited on the loop (inside the greenlet of an async call)."""
+    value = await_(manager.__aenter__())
+    try:
+        yield value
+    except BaseException:
+        await_(manager.__aexit__(*sys.exc_info()))
+        raise
+    await_(manager.__aexit__(None, None, None))
 
 
 class _Copy:
@@ -105,14 +119,8 @@ class _Cursor:
 
     @contextmanager
     def copy(self, statement: Any) -> Iterator[_Copy]:
-        manager = self._cursor.copy(statement)
-        copy = await_(manager.__aenter__())
-        try:
+        with _entered(self._cursor.copy(statement)) as copy:
             yield _Copy(copy)
-        except BaseException:
-            await_(manager.__aexit__(*sys.exc_info()))
-            raise
-        await_(manager.__aexit__(None, None, None))
 
 
 class SyncDriverConnection:
@@ -125,20 +133,14 @@ class SyncDriverConnection:
     def cursor(self) -> _Cursor:
         return _Cursor(self._conn.cursor())
 
-    def execute(self, query: Any, params: Any = None) -> _Cursor:
-        return _Cursor(await_(self._conn.execute(query, params)))
+    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None) -> _Cursor:
+        return _Cursor(await_(self._conn.execute(query, params, prepare=prepare)))
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """``Connection.transaction()``: one transaction (or savepoint) around the block."""
-        manager = self._conn.transaction()
-        await_(manager.__aenter__())
-        try:
+        with _entered(self._conn.transaction()):
             yield
-        except BaseException:
-            await_(manager.__aexit__(*sys.exc_info()))
-            raise
-        await_(manager.__aexit__(None, None, None))
 
     def commit(self) -> None:
         await_(self._conn.commit())
@@ -228,7 +230,7 @@ async def create_async_store_engine(
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         conninfo,
         connection_class=connection_class,
-        check=AsyncConnectionPool.check_connection,
+        check=check_async_connection,
         open=False,
         **options,
     )
