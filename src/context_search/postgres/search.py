@@ -120,6 +120,12 @@ class SearchStatements:
             # see for the exact branch (859 ms per search at 1M chunks). Every table of
             # the statement is meant to be reached by key or index; the plan says so.
             tuning["enable_seqscan"] = "off"
+            # The generic plan guesses ~80 stage-1 postings and sorts them to sum each
+            # chunk's impacts; a query reads thousands (~3,700 for a SciFact claim at
+            # 100k chunks), which hashing sums 0.4 ms faster per search (statement p50
+            # 11.2 -> 10.8 ms, the same hits on 200 queries). The statement's other sorts
+            # have no alternative and stay.
+            tuning["enable_sort"] = "off"
         return tuning
 
     def _bind(
