@@ -6,7 +6,8 @@ alembic all address the same tables without formatting schema names into queries
 
 Connections come from a ``psycopg_pool.ConnectionPool`` (SQLAlchemy runs on ``NullPool`` with
 the pool's ``getconn`` as creator, the integration psycopg documents): the pool checks a
-connection before lending it, replaces broken ones in the background with backoff, and
+connection before lending it (``liveness``: a socket poll, a round trip only when the server
+has spoken), replaces broken ones in the background with backoff, and
 recycles idle and old connections. So after a server restart or a killed backend the next
 call gets a fresh connection, while the call that was in flight fails with
 ``BACKEND_UNAVAILABLE``. Server-side limits are set per connection (``ConnectionSettings``):
