@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 import re
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,7 +26,7 @@ from context_search.conformance.corpus import RESTRICTED, TEAM
 from context_search.errors import InvalidInputError, UnauthorizedError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.bulk import DEFERRABLE
-from context_search.postgres.partitions import partition_by_scope
+from context_search.postgres.partitions import LockWait, partition_by_scope, partition_index
 from context_search.postgres.switch import switch_configuration
 from tests.integration import test_conformance_postgres
 
@@ -310,11 +312,48 @@ def test_asking_again_for_existing_partitions_takes_no_lock(
         reader.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
         reader.execute("SELECT 1 FROM chunks LIMIT 1")  # a reader's open transaction
         admin.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
-        admin.execute("SET lock_timeout = '1s'")
         assert partition_by_scope(admin, ["alpha"]) == ("alpha",)
+        started = time.monotonic()
         with pytest.raises(psycopg.errors.LockNotAvailable):  # a new scope must wait
-            partition_by_scope(admin, ["beta"])
+            partition_by_scope(
+                admin, ["beta"], lock_wait=LockWait(wait_s=0.2, attempts=3, pause_s=0.05)
+            )
+        assert time.monotonic() - started < 5.0  # three bounded waits, then the error
     assert store.partition_scopes(["beta"]) == ("alpha", "beta")
+
+
+def test_a_move_waiting_for_its_lock_lets_searches_through(
+    store: PostgresSearchConnector, context_search_dsn: str
+) -> None:
+    """A long transaction on the tables makes the move wait; searches arriving meanwhile
+    must not queue behind its lock request for as long as that transaction runs."""
+    query = SearchQuery(query="common words", allowed_scopes=["alpha"], top_k=3)
+    with psycopg.connect(context_search_dsn) as holder:
+        holder.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
+        holder.execute("SELECT 1 FROM chunks LIMIT 1")  # holds its lock until it ends
+        moved: list[object] = []
+        mover = threading.Thread(
+            target=lambda: moved.append(
+                partition_index(
+                    store.engine,
+                    ["alpha"],
+                    lock_wait=LockWait(wait_s=0.3, attempts=40, pause_s=0.3),
+                )
+            )
+        )
+        mover.start()
+        slowest = 0.0
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            assert store.search(query).hits
+            slowest = max(slowest, time.monotonic() - started)
+        assert not moved  # still waiting for the holder
+        holder.rollback()
+        mover.join(30)
+    assert moved == [("alpha",)]
+    # Unbounded, a search would have waited behind the lock request for the holder (3 s).
+    assert slowest < 1.5, slowest
 
 
 def test_a_large_load_into_a_partitioned_index_keeps_its_indexes(

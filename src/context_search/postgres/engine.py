@@ -21,7 +21,6 @@ import functools
 import json
 import random
 import threading
-import time
 import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -47,6 +46,7 @@ from context_search.errors import (
     SchemaNotReadyError,
 )
 from context_search.postgres.liveness import check_connection
+from context_search.postgres.pause import pause
 from context_search.postgres.server import redact, sqlalchemy_url
 from context_search.postgres.settings import (
     DEFAULT_SCHEMA,
@@ -439,7 +439,7 @@ class _Attempt:
             if exc.details.get("sqlstate") in RETRYABLE_STATES and not self._last:
                 # Both sides of a deadlock were writing: back off a little, with jitter, so
                 # they do not collide again in step.
-                time.sleep(random.uniform(0.005, 0.03) * 2**self._number)
+                pause(random.uniform(0.005, 0.03) * 2**self._number)
                 return True
             raise
         self.succeeded = et is None

@@ -46,17 +46,20 @@ one transaction: a failure leaves the tables as they were.
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg import sql
+from psycopg.errors import LockNotAvailable
 from sqlalchemy import Engine, text
 
 from context_search.errors import InvalidInputError, SchemaNotReadyError
 from context_search.postgres.bulk import build_settings, load_lock_key, pending_builds
 from context_search.postgres.engine import autocommit_session, translate_errors
 from context_search.postgres.gate import GATE, lock_key
+from context_search.postgres.pause import pause
 from context_search.validation import validate_scope
 
 __all__ = [
@@ -117,28 +120,61 @@ def scope_partitions(raw: Any) -> tuple[str, ...] | None:
     return tuple(sorted(str(r[0]) for r in rows))
 
 
-def partition_index(engine: Engine, scopes: Sequence[str]) -> tuple[str, ...]:
+def partition_index(
+    engine: Engine, scopes: Sequence[str], *, lock_wait: LockWait | None = None
+) -> tuple[str, ...]:
     """:func:`partition_by_scope` on a connection of ``engine`` (whose ``search_path`` is the
     index's schema), with no statement time limit: moving a large scope takes a while."""
     with autocommit_session(engine, "partition scopes") as raw:
         raw.execute("SET statement_timeout = 0")
         try:
-            return partition_by_scope(raw, scopes)
+            return partition_by_scope(raw, scopes, lock_wait=lock_wait)
         finally:
             raw.execute("RESET statement_timeout")
 
 
-def partition_by_scope(raw: Any, scopes: Sequence[str]) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class LockWait:
+    """How the move waits for its exclusive lock on the tables.
+
+    While a ``LOCK TABLE`` waits for the searches and writes in flight, every search that
+    arrives after it queues behind it: one long transaction on the tables would stall all
+    searches for as long as it runs. So the move waits at most ``wait_s`` for the lock,
+    then gives up its place (the queued searches run), pauses and tries again, ``attempts``
+    times in all, before it fails with ``BACKEND_ERROR`` (SQLSTATE 55P03, nothing moved).
+    """
+
+    wait_s: float = 2.0
+    attempts: int = 10
+    pause_s: float = 0.5
+
+
+def partition_by_scope(
+    raw: Any, scopes: Sequence[str], *, lock_wait: LockWait | None = None
+) -> tuple[str, ...]:
     """Give each of ``scopes`` a partition of its own (partitioning the tables first if they
     are not), in one transaction behind the write gate; returns every partitioned scope.
 
     Idempotent: a scope that already has its partition is left as it is. ``raw`` is a
     psycopg connection in autocommit whose ``search_path`` is the index's schema.
+    ``lock_wait`` bounds each wait for the tables' lock (:class:`LockWait`).
     """
     wanted = _checked(scopes)
     existing = scope_partitions(raw)
     if existing is not None and set(wanted) <= set(existing):
         return existing  # nothing to move: no lock taken, no reader or writer waits
+    waits = lock_wait or LockWait()
+    for _ in range(waits.attempts - 1):
+        try:
+            return _move(raw, wanted, waits.wait_s)
+        except LockNotAvailable:
+            pause(waits.pause_s * random.uniform(0.5, 1.5))  # the queued searches run
+    return _move(raw, wanted, waits.wait_s)
+
+
+def _move(raw: Any, wanted: list[str], wait_s: float) -> tuple[str, ...]:
+    """One attempt of :func:`partition_by_scope`; ``LockNotAvailable`` when the tables'
+    lock was not granted within ``wait_s`` (the transaction rolled back, nothing moved)."""
     with raw.transaction():
         # A bulk load holds this key while it has search indexes dropped (bulk.py): wait for
         # it to finish (before the gate, which its batches pass), so it never meets a
@@ -148,11 +184,18 @@ def partition_by_scope(raw: Any, scopes: Sequence[str]) -> tuple[str, ...]:
         # lock while waiting for the tables locked here (which would deadlock).
         schema = raw.execute("SELECT current_schema()").fetchone()[0]
         raw.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(raw, schema, GATE),))
+        # Bounded: searches arriving while this waits queue behind it (``LockWait``).
+        raw.execute(
+            sql.SQL("SET LOCAL lock_timeout = {}").format(
+                sql.Literal(f"{max(1, round(wait_s * 1000))}ms")
+            )
+        )
         raw.execute(
             sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
                 sql.SQL(", ").join(sql.Identifier(t) for t in PARTITIONED_TABLES)
             )
         )
+        raw.execute("SET LOCAL lock_timeout = 0")  # held now; what follows waits on nothing
         if scope_partitions(raw) is None:
             _refuse_pending_builds(raw)
             for table in PARTITIONED_TABLES:

@@ -26,7 +26,6 @@ snapshot.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.util.concurrency import await_, in_greenlet
 
 from context_search.contract import ServedBy
 from context_search.errors import (
@@ -47,6 +45,7 @@ from context_search.errors import (
 )
 from context_search.postgres.cancel import Cancellation
 from context_search.postgres.engine import translate_errors
+from context_search.postgres.pause import pause
 from context_search.postgres.routing import PRIMARY, ReplicaSettings, Router, consistency_step
 from context_search.postgres.session import CallerReadSessions, ReadSession, ReadSessions
 from context_search.validation import OnStale, format_position, validate_consistency
@@ -136,16 +135,6 @@ class _NotAStandby(Exception):
     """A configured replica answered but is not in recovery (promoted, or a primary)."""
 
 
-def wait(seconds: float) -> None:
-    """Sleep between replica polls without stalling an event loop: inside the async
-    connector's calls (SQLAlchemy's greenlet bridge) the loop awaits ``asyncio.sleep``
-    meanwhile; elsewhere the thread sleeps."""
-    if in_greenlet():
-        await_(asyncio.sleep(seconds))
-    else:
-        time.sleep(seconds)
-
-
 class RoutedReadSessions:
     """Read transactions on the server the current call was routed to."""
 
@@ -164,7 +153,7 @@ class RoutedReadSessions:
         self._replicas = {r.name: r for r in replicas}
         self._settings = settings or ReplicaSettings()
         self._router = Router(tuple(self._replicas), self._settings)
-        self._clock, self._sleep = clock, sleep or wait
+        self._clock, self._sleep = clock, sleep or pause
         self._current: ContextVar[ReadSessions | None] = ContextVar(
             f"context_search_read_target_{id(self)}", default=None
         )
