@@ -12,12 +12,14 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from context_search import Embedder, SearchConnector
 from context_search.conformance import ConnectorFactory
 from context_search.contract import ContextDocumentRecord, SearchQuery
 from context_search.errors import OperationCancelledError
 from context_search.postgres import AsyncPostgresSearchConnector
+from context_search.postgres.server import sqlalchemy_url
 from context_search.testing import ConformanceSuite, temporary_schema
 from context_search.testing.aio import open_blocking
 
@@ -119,6 +121,22 @@ def test_reads_are_scoped_like_the_sync_connector(
     _run(context_search_dsn, context_search_schema, context_search_embedder, test)
 
 
+async def _session_state(c: AsyncPostgresSearchConnector) -> tuple[Any, ...]:
+    """Role, scopes setting, read-only flag and isolation level a statement sees inside a
+    read session of ``c`` (the shared ``ReadSessions``)."""
+
+    def inside() -> tuple[Any, ...]:
+        with c._core._sessions.read(frozenset({"team", "ops"}), "probe") as s:
+            row = s.conn.exec_driver_sql(
+                "SELECT current_user, current_setting('context_search.allowed_scopes'), "
+                "current_setting('transaction_read_only'), "
+                "current_setting('transaction_isolation')"
+            ).one()
+        return tuple(row)
+
+    return await c._run(inside)
+
+
 def test_reads_run_as_the_reader_role_with_the_scopes_setting(
     context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
 ) -> None:
@@ -127,24 +145,36 @@ def test_reads_run_as_the_reader_role_with_the_scopes_setting(
 
     async def test(c: AsyncPostgresSearchConnector) -> tuple[Any, ...]:
         await c.upsert(_records(1))
+        return await _session_state(c)
 
-        def inside() -> tuple[Any, ...]:
-            sessions = c._core._sessions  # the shared ReadSessions
-            with sessions.read(frozenset({"team", "ops"}), "probe") as s:
-                row = s.conn.exec_driver_sql(
-                    "SELECT current_user, current_setting('context_search.allowed_scopes'), "
-                    "current_setting('transaction_read_only')"
-                ).one()
-            return tuple(row)
+    state = _run(context_search_dsn, context_search_schema, context_search_embedder, test)
+    assert state == (f"{context_search_schema}_reader", "{ops,team}", "on", "repeatable read")
 
-        return await c._run(inside)
 
-    user, scopes, read_only = _run(
-        context_search_dsn, context_search_schema, context_search_embedder, test
-    )
-    assert user == f"{context_search_schema}_reader"
-    assert scopes == "{ops,team}"
-    assert read_only == "on"
+def test_reads_on_a_services_own_async_engine_are_opened_the_same_way(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    """A plain SQLAlchemy asyncio engine (psycopg's own ``AsyncConnection`` underneath, not
+    the connector's driver view) gets the same read transaction: the opening statement
+    goes through SQLAlchemy, never straight to a driver it might not be able to await."""
+
+    async def main() -> tuple[Any, ...]:
+        engine = create_async_engine(
+            sqlalchemy_url(context_search_dsn),
+            connect_args={"options": f"-c search_path={context_search_schema},public"},
+        )
+        try:
+            async with await AsyncPostgresSearchConnector.open(
+                engine=engine, schema=context_search_schema, embedder=context_search_embedder
+            ) as c:
+                await c.upsert(_records(1))
+                assert (await c.search(_query("feature0 rollout", "team"))).hits
+                return await _session_state(c)
+        finally:
+            await engine.dispose()
+
+    state = asyncio.run(main())
+    assert state == (f"{context_search_schema}_reader", "{ops,team}", "on", "repeatable read")
 
 
 @asynccontextmanager

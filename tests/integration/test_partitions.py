@@ -23,7 +23,7 @@ from context_search import (
     SearchQuery,
 )
 from context_search.conformance.corpus import RESTRICTED, TEAM
-from context_search.errors import InvalidInputError, UnauthorizedError
+from context_search.errors import InvalidConfigError, InvalidInputError, UnauthorizedError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.bulk import DEFERRABLE
 from context_search.postgres.partitions import LockWait, partition_by_scope, partition_index
@@ -320,6 +320,14 @@ def test_asking_again_for_existing_partitions_takes_no_lock(
             )
         assert time.monotonic() - started < 5.0  # three bounded waits, then the error
     assert store.partition_scopes(["beta"]) == ("alpha", "beta")
+
+
+@pytest.mark.parametrize(
+    "wait", [{"wait_s": 0}, {"wait_s": -1}, {"attempts": 0}, {"pause_s": -0.5}]
+)
+def test_a_lock_wait_out_of_range_is_refused(wait: dict[str, float]) -> None:
+    with pytest.raises(InvalidConfigError):
+        LockWait(**wait)  # type: ignore[arg-type]
 
 
 def test_a_move_waiting_for_its_lock_lets_searches_through(

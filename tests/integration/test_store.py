@@ -330,10 +330,6 @@ def test_search_plan_is_the_reused_plan_and_reaches_a_narrow_scope_by_index(
     assert "$1" in plan  # generic: the values are parameters, not constants
     assert "Seq Scan on chunks" not in plan, plan
     assert "ix_chunks_permission_scope_lifecycle" in plan, plan
-    # Stage 1 sums each chunk's postings by hashing, not by sorting thousands of them.
-    lines = plan.splitlines()
-    stage1 = lines[[line.strip() for line in lines].index("CTE candidates") + 1]
-    assert "HashAggregate" in stage1, plan
     assert sorted(h.doc_id for h in store.search(query).hits) == [
         f"narrow-{i:05d}" for i in range(5)
     ]

@@ -42,7 +42,7 @@ from psycopg.adapt import Dumper, PyFormat
 from psycopg.pq import Format
 from sqlalchemy import Connection, Engine, text
 
-from context_search.postgres.engine import autocommit_session, translate_errors
+from context_search.postgres.engine import autocommit_session, driver_of, translate_errors
 
 if TYPE_CHECKING:
     from context_search.postgres.ingest import ChunkSource
@@ -161,7 +161,7 @@ def copy_chunks(
     """Stage ``sources``' chunks with binary COPY and merge them (and their postings) into
     the index, in the caller's transaction. Returns the number of chunks written."""
     conn.execute(_CREATE_STAGE)
-    raw = conn.connection.driver_connection
+    raw = driver_of(conn)
     assert raw is not None
     vector = _vector_oid(raw)
     encoded = _vector_rows(vectors)
@@ -363,7 +363,7 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
     missing (as noted in the comment of ``chunks``) or that a failed build left invalid,
     unless a load is running. Returns the names built."""
     with translate_errors("ensure indexes"), engine.connect() as sa_conn:
-        raw = sa_conn.connection.driver_connection
+        raw = driver_of(sa_conn)
         assert raw is not None
         noted = pending_builds(raw)
         invalid = [n for n, (_, valid) in _states(raw, DEFERRABLE).items() if not valid]

@@ -446,12 +446,26 @@ class _Attempt:
         return suppressed
 
 
+def driver_of(sa_conn: Any) -> Any:
+    """The psycopg connection under a SQLAlchemy connection, always with psycopg's
+    synchronous API, for the statements the shared code sends on the driver itself (COPY,
+    DDL, PREPARE). The connector's own asyncio engines already hand out that view; a
+    service's own asyncio engine hands out psycopg's ``AsyncConnection``, which gets the
+    same view here (the code runs inside SQLAlchemy's greenlet bridge either way)."""
+    raw = sa_conn.connection.driver_connection
+    if isinstance(raw, psycopg.AsyncConnection):
+        from context_search.postgres.aio.driver import SyncDriverConnection  # no cycle
+
+        return SyncDriverConnection(raw)
+    return raw
+
+
 @contextmanager
 def autocommit_session(engine: Engine, action: str) -> Iterator[Any]:
     """The psycopg connection of a pooled connection, in autocommit (DDL that must run
     outside a transaction, session-level advisory locks), handed back in transaction mode."""
     with translate_errors(action), engine.connect() as sa_conn:
-        raw = sa_conn.connection.driver_connection
+        raw = driver_of(sa_conn)
         assert raw is not None
         raw.rollback()
         raw.autocommit = True

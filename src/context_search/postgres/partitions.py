@@ -55,7 +55,7 @@ from psycopg import sql
 from psycopg.errors import LockNotAvailable
 from sqlalchemy import Engine, text
 
-from context_search.errors import InvalidInputError, SchemaNotReadyError
+from context_search.errors import InvalidConfigError, InvalidInputError, SchemaNotReadyError
 from context_search.postgres.bulk import build_settings, load_lock_key, pending_builds
 from context_search.postgres.engine import autocommit_session, translate_errors
 from context_search.postgres.gate import GATE, lock_key
@@ -139,14 +139,22 @@ class LockWait:
 
     While a ``LOCK TABLE`` waits for the searches and writes in flight, every search that
     arrives after it queues behind it: one long transaction on the tables would stall all
-    searches for as long as it runs. So the move waits at most ``wait_s`` for the lock,
-    then gives up its place (the queued searches run), pauses and tries again, ``attempts``
-    times in all, before it fails with ``BACKEND_ERROR`` (SQLSTATE 55P03, nothing moved).
+    searches for as long as it runs. So the move waits at most ``wait_s`` for each table's
+    lock (two tables: a search may wait up to twice that), then gives up its place (the
+    queued searches run), pauses and tries again, ``attempts`` times in all, before it
+    fails with ``BACKEND_ERROR`` (SQLSTATE 55P03, nothing moved).
     """
 
     wait_s: float = 2.0
     attempts: int = 10
     pause_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (self.wait_s > 0 and self.attempts >= 1 and self.pause_s >= 0):
+            raise InvalidConfigError(
+                "a lock wait needs wait_s > 0, attempts >= 1 and pause_s >= 0",
+                details={"field": "lock_wait"},
+            )
 
 
 def partition_by_scope(
@@ -195,7 +203,7 @@ def _move(raw: Any, wanted: list[str], wait_s: float) -> tuple[str, ...]:
                 sql.SQL(", ").join(sql.Identifier(t) for t in PARTITIONED_TABLES)
             )
         )
-        raw.execute("SET LOCAL lock_timeout = 0")  # held now; what follows waits on nothing
+        raw.execute("SET LOCAL lock_timeout TO DEFAULT")  # held: the session's own again
         if scope_partitions(raw) is None:
             _refuse_pending_builds(raw)
             for table in PARTITIONED_TABLES:

@@ -18,6 +18,7 @@ from sqlalchemy import Row
 from sqlalchemy.dialects import postgresql
 
 from context_search.fusion import FusionSettings
+from context_search.postgres.engine import driver_of
 from context_search.postgres.filter_sql import (
     EVIDENCE_SQL,
     DocumentFilter,
@@ -120,12 +121,6 @@ class SearchStatements:
             # see for the exact branch (859 ms per search at 1M chunks). Every table of
             # the statement is meant to be reached by key or index; the plan says so.
             tuning["enable_seqscan"] = "off"
-            # The generic plan guesses ~80 stage-1 postings and sorts them to sum each
-            # chunk's impacts; a query reads thousands (~3,700 for a SciFact claim at
-            # 100k chunks), which hashing sums 0.4 ms faster per search (statement p50
-            # 11.2 -> 10.8 ms, the same hits on 200 queries). The statement's other sorts
-            # have no alternative and stay.
-            tuning["enable_sort"] = "off"
         return tuning
 
     def _bind(
@@ -203,7 +198,7 @@ class SearchStatements:
             dialect=_NUMBERED
         )
         names = compiled.positiontup or []
-        raw = session.conn.connection.driver_connection
+        raw = driver_of(session.conn)
         assert raw is not None
         # Prepared statements outlive the transaction; a name of its own per call, so one
         # left behind by a failed EXPLAIN (the transaction aborted, no DEALLOCATE possible)

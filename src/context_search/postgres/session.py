@@ -177,8 +177,6 @@ class ReadSessions:
         """Role, scopes, time limit and planner settings on ``conn``'s open transaction
         (all transaction-local), with ``cancel`` attached while the session is in use."""
         settings = {**(tuning or {}), **self._planner}
-        driver = conn.connection.driver_connection
-        assert driver is not None
         opening = _OPEN_SQL.format(
             role=psql.Literal(self._reader_role),
             name=psql.Literal(SCOPES_SETTING),
@@ -189,8 +187,12 @@ class ReadSessions:
             keys=psql.Literal(list(settings)),
             vals=psql.Literal(list(settings.values())),
         )
-        # Never prepared: a prepared statement holds one statement, and these values change.
-        driver.execute(psql.Composed([self._begin(), opening]), prepare=False)
+        # Through SQLAlchemy, whatever the engine's driver (sync, asyncio, a service's own
+        # engine): without parameters psycopg sends the text by the simple protocol, and a
+        # text of several statements is never prepared. Quoting needs no connection: the
+        # literals come out as E'' strings where they hold a backslash, valid whatever
+        # ``standard_conforming_strings`` says, and UTF-8 never hides a quote byte.
+        conn.exec_driver_sql(psql.Composed([self._begin(), opening]).as_string(None))
         raw = conn.connection.dbapi_connection
         if cancel is not None:
             cancel.attach(raw, action)

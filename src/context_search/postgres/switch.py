@@ -39,6 +39,7 @@ from context_search.postgres.engine import (
     autocommit_session,
     close_store_engine,
     create_store_engine,
+    driver_of,
     head_revision,
     migrate,
     translate_errors,
@@ -352,7 +353,7 @@ def _carry_over(
     if doc_ids is not None and not doc_ids:
         return
     with translate_errors("switch configuration"), next_engine.begin() as conn:
-        cols = columns(conn.connection.driver_connection, build.shadow, "documents")
+        cols = columns(driver_of(conn), build.shadow, "documents")
         reset = {"indexed_content_id", "indexed_config_revision"}
         insert = sql.SQL("INSERT INTO documents ({}) SELECT {} FROM {} l").format(
             sql.SQL(", ").join(map(sql.Identifier, cols)),

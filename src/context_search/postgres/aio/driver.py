@@ -133,8 +133,8 @@ class SyncDriverConnection:
     def cursor(self) -> _Cursor:
         return _Cursor(self._conn.cursor())
 
-    def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None) -> _Cursor:
-        return _Cursor(await_(self._conn.execute(query, params, prepare=prepare)))
+    def execute(self, query: Any, params: Any = None) -> _Cursor:
+        return _Cursor(await_(self._conn.execute(query, params)))
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
