@@ -188,11 +188,16 @@ class ReadSessions:
             vals=psql.Literal(list(settings.values())),
         )
         # Through SQLAlchemy, whatever the engine's driver (sync, asyncio, a service's own
-        # engine): without parameters psycopg sends the text by the simple protocol, and a
-        # text of several statements is never prepared. Quoting needs no connection: the
-        # literals come out as E'' strings where they hold a backslash, valid whatever
-        # ``standard_conforming_strings`` says, and UTF-8 never hides a quote byte.
-        conn.exec_driver_sql(psql.Composed([self._begin(), opening]).as_string(None))
+        # engine), with no parameter collection at all (``no_parameters``): psycopg then
+        # neither reads ``%`` in a scope as a placeholder nor prepares the text, and sends
+        # it by the simple protocol, several statements in one message. Quoting needs no
+        # connection: the literals come out as E'' strings where they hold a backslash,
+        # valid whatever ``standard_conforming_strings`` says, and UTF-8 never hides a
+        # quote byte.
+        conn.exec_driver_sql(
+            psql.Composed([self._begin(), opening]).as_string(None),
+            execution_options={"no_parameters": True},
+        )
         raw = conn.connection.dbapi_connection
         if cancel is not None:
             cancel.attach(raw, action)
