@@ -18,8 +18,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from psycopg import sql as psql
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
 
 from context_search.errors import InvalidConfigError, InvalidQueryError, OperationCancelledError
 from context_search.postgres.cancel import Cancellation
@@ -67,20 +68,20 @@ SEARCH_TUNING: Mapping[str, str] = {
     "jit": "off",
 }
 
-# Role, scopes, time limit and every planner setting of the transaction in one statement.
+# Role, scopes, time limit and every planner setting of the transaction in one round trip.
 # ``set_config('role', ..., true)`` is ``SET LOCAL ROLE``; settings apply in array order, so
-# the connector's own ``planner_settings`` (last) override the search's. Its values are
-# quoted by psycopg (``sql.Literal``) rather than bound: a statement without parameters goes
-# by the simple query protocol, which carries several statements in one message, so a read
-# transaction's BEGIN and this statement cost one round trip together.
-_OPEN_SQL = psql.SQL(
-    "SELECT set_config('role', {role}, true), "
-    "set_config({name}, CAST(CAST({scopes} AS text[]) AS text), true), "
-    "set_config('statement_timeout', {limit}, true), "
-    "(SELECT count(set_config(s.k, s.v, true)) FROM unnest(CAST({keys} AS text[]), "
-    "CAST({vals} AS text[])) WITH ORDINALITY AS s(k, v, n))"
+# the connector's own ``planner_settings`` (last) override the search's.
+_OPEN_SQL = text(
+    "SELECT set_config('role', :role, true), "
+    "set_config(:name, CAST(CAST(:scopes AS text[]) AS text), true), "
+    "set_config('statement_timeout', :limit, true), "
+    "(SELECT count(set_config(s.k, s.v, true)) FROM unnest(CAST(:keys AS text[]), "
+    "CAST(:vals AS text[])) WITH ORDINALITY AS s(k, v, n))"
+).bindparams(
+    bindparam("scopes", type_=ARRAY(Text)),
+    bindparam("keys", type_=ARRAY(Text)),
+    bindparam("vals", type_=ARRAY(Text)),
 )
-_BEGIN_SQL = psql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,22 +148,17 @@ class ReadSessions:
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        """A pooled connection for a new read transaction, which ``_opened`` begins.
-
-        psycopg would send its own BEGIN as a round trip of its own; in autocommit mode it
-        sends none, and the transaction ``_opened`` begins (REPEATABLE READ, READ ONLY) is
-        ended by psycopg's ``commit()``/``rollback()``, which follow the server's
-        transaction status, not the mode.
-        """
+        """A pooled connection in a new read transaction."""
         with (
-            self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
+            self._engine.connect().execution_options(
+                # psycopg opens the transaction with BEGIN ... REPEATABLE READ READ ONLY:
+                # no separate SET TRANSACTION round trip.
+                isolation_level="REPEATABLE READ",
+                postgresql_readonly=True,
+            ) as conn,
             conn.begin(),
         ):
             yield conn
-
-    def _begin(self) -> psql.Composable:
-        """What opens the read transaction ahead of its settings."""
-        return _BEGIN_SQL
 
     @contextmanager
     def _opened(
@@ -177,26 +173,18 @@ class ReadSessions:
         """Role, scopes, time limit and planner settings on ``conn``'s open transaction
         (all transaction-local), with ``cancel`` attached while the session is in use."""
         settings = {**(tuning or {}), **self._planner}
-        opening = _OPEN_SQL.format(
-            role=psql.Literal(self._reader_role),
-            name=psql.Literal(SCOPES_SETTING),
-            scopes=psql.Literal(sorted(scopes)),
-            # PostgreSQL reads 0 as "no limit": a positive limit under half a millisecond
-            # is 1 ms, never none.
-            limit=psql.Literal(str(max(1, ms(limit)) if limit > 0 else 0)),
-            keys=psql.Literal(list(settings)),
-            vals=psql.Literal(list(settings.values())),
-        )
-        # Through SQLAlchemy, whatever the engine's driver (sync, asyncio, a service's own
-        # engine), with no parameter collection at all (``no_parameters``): psycopg then
-        # neither reads ``%`` in a scope as a placeholder nor prepares the text, and sends
-        # it by the simple protocol, several statements in one message. Quoting needs no
-        # connection: the literals come out as E'' strings where they hold a backslash,
-        # valid whatever ``standard_conforming_strings`` says, and UTF-8 never hides a
-        # quote byte.
-        conn.exec_driver_sql(
-            psql.Composed([self._begin(), opening]).as_string(None),
-            execution_options={"no_parameters": True},
+        conn.execute(
+            _OPEN_SQL,
+            {
+                "role": self._reader_role,
+                "name": SCOPES_SETTING,
+                "scopes": sorted(scopes),
+                # PostgreSQL reads 0 as "no limit": a positive limit under half a
+                # millisecond is 1 ms, never none.
+                "limit": str(max(1, ms(limit)) if limit > 0 else 0),
+                "keys": list(settings),
+                "vals": list(settings.values()),
+            },
         )
         raw = conn.connection.dbapi_connection
         if cancel is not None:
@@ -227,9 +215,6 @@ class CallerReadSessions(ReadSessions):
             planner=base._planner,
         )
         self._conn = conn
-
-    def _begin(self) -> psql.Composable:
-        return psql.SQL("")  # inside the savepoint of the caller's transaction
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
