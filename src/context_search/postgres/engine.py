@@ -6,8 +6,7 @@ alembic all address the same tables without formatting schema names into queries
 
 Connections come from a ``psycopg_pool.ConnectionPool`` (SQLAlchemy runs on ``NullPool`` with
 the pool's ``getconn`` as creator, the integration psycopg documents): the pool checks a
-connection before lending it (``liveness``: a socket poll, a round trip only when the server
-has spoken), replaces broken ones in the background with backoff, and
+connection before lending it, replaces broken ones in the background with backoff, and
 recycles idle and old connections. So after a server restart or a killed backend the next
 call gets a fresh connection, while the call that was in flight fails with
 ``BACKEND_UNAVAILABLE``. Server-side limits are set per connection (``ConnectionSettings``):
@@ -45,7 +44,6 @@ from context_search.errors import (
     OperationCancelledError,
     SchemaNotReadyError,
 )
-from context_search.postgres.liveness import check_connection
 from context_search.postgres.pause import pause
 from context_search.postgres.server import redact, sqlalchemy_url
 from context_search.postgres.settings import (
@@ -278,7 +276,7 @@ def create_store_engine(
     pool: ConnectionPool[Any] = ConnectionPool(
         conninfo,
         connection_class=connection_class,
-        check=check_connection,
+        check=ConnectionPool.check_connection,
         open=True,
         **options,
     )

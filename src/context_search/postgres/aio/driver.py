@@ -45,7 +45,6 @@ from context_search.postgres.engine import (
     load_json,
     pool_arguments,
 )
-from context_search.postgres.liveness import check_async_connection
 from context_search.postgres.server import sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA
 
@@ -230,7 +229,7 @@ async def create_async_store_engine(
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         conninfo,
         connection_class=connection_class,
-        check=check_async_connection,
+        check=AsyncConnectionPool.check_connection,
         open=False,
         **options,
     )
