@@ -162,7 +162,6 @@ def copy_chunks(
     the index, in the caller's transaction. Returns the number of chunks written."""
     conn.execute(_CREATE_STAGE)
     raw = driver_of(conn)
-    assert raw is not None
     vector = _vector_oid(raw)
     encoded = _vector_rows(vectors)
     i = 0
@@ -364,7 +363,6 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
     unless a load is running. Returns the names built."""
     with translate_errors("ensure indexes"), engine.connect() as sa_conn:
         raw = driver_of(sa_conn)
-        assert raw is not None
         noted = pending_builds(raw)
         invalid = [n for n, (_, valid) in _states(raw, DEFERRABLE).items() if not valid]
         raw.rollback()

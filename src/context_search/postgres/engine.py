@@ -451,6 +451,7 @@ def driver_of(sa_conn: Any) -> Any:
     service's own asyncio engine hands out psycopg's ``AsyncConnection``, which gets the
     same view here (the code runs inside SQLAlchemy's greenlet bridge either way)."""
     raw = sa_conn.connection.driver_connection
+    assert raw is not None  # an open connection always has its driver connection
     if isinstance(raw, psycopg.AsyncConnection):
         from context_search.postgres.aio.driver import SyncDriverConnection  # no cycle
 
@@ -464,7 +465,6 @@ def autocommit_session(engine: Engine, action: str) -> Iterator[Any]:
     outside a transaction, session-level advisory locks), handed back in transaction mode."""
     with translate_errors(action), engine.connect() as sa_conn:
         raw = driver_of(sa_conn)
-        assert raw is not None
         raw.rollback()
         raw.autocommit = True
         try:

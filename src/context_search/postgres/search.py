@@ -199,7 +199,6 @@ class SearchStatements:
         )
         names = compiled.positiontup or []
         raw = driver_of(session.conn)
-        assert raw is not None
         # Prepared statements outlive the transaction; a name of its own per call, so one
         # left behind by a failed EXPLAIN (the transaction aborted, no DEALLOCATE possible)
         # never collides with the next.
