@@ -22,6 +22,7 @@ from context_search.embedding import Embedder
 from context_search.postgres.bulk import COPY_MIN_CHUNKS, copy_chunks
 from context_search.postgres.gate import enter_write
 from context_search.postgres.prepare import IndexSettings, PreparedRecord, prepare, record_hash
+from context_search.postgres.vector_sql import vector_literal
 from context_search.text import Chunk
 
 __all__ = [
@@ -254,10 +255,6 @@ _SUPERSEDE_CHUNKS = text(
 ).bindparams(bindparam("old_ids", type_=ARRAY(Text)))
 
 
-def _vector_literal(v: np.ndarray[Any, Any]) -> str:
-    return "[" + ",".join(f"{x:.7g}" for x in v.tolist()) + "]"
-
-
 @dataclass(frozen=True, slots=True)
 class ChunkSource:
     """What one document's index entries are built from (current stored fields)."""
@@ -465,7 +462,7 @@ def _insert_chunks(
             cols["ends"].append(chunk.end_byte)
             cols["texts"].append(chunk.text)
             cols["index_texts"].append(index_text)
-            cols["embeddings"].append(_vector_literal(vectors[i]))
+            cols["embeddings"].append(vector_literal(vectors[i]))
             cols["scopes"].append(s.permission_scope)
             cols["lifecycles"].append(s.lifecycle)
             cols["content_ids"].append(s.content_id)

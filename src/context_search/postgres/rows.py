@@ -59,7 +59,7 @@ _CANDIDATE_COLUMNS = (
 def _candidates(rows: Sequence[Row[Any]]) -> list[Candidate]:
     """Every row's candidate. A search returns ~200 of them, so the columns are read by
     position (looked up once) rather than by name per row: a third of the response's
-    assembly time."""
+    assembly time. The statement's scores are double precision, which arrive as floats."""
     if not rows:
         return []
     fields = rows[0]._fields
@@ -72,10 +72,10 @@ def _candidates(rows: Sequence[Row[Any]]) -> list[Candidate]:
                 doc_id=doc_id,
                 parts=ScoreParts(
                     lexical_rank=lex_rank,
-                    lexical_score=optional_float(lex_score),
+                    lexical_score=lex_score,
                     vector_rank=vec_rank,
-                    vector_similarity=optional_float(vec_sim),
-                    fused=float(fused),
+                    vector_similarity=vec_sim,
+                    fused=fused,
                 ),
                 terms=tuple(terms or ()),
                 chunk_ordinal=ordinal,
@@ -91,7 +91,8 @@ class SearchRows:
 
     def __init__(self, rows: Sequence[Row[Any]]) -> None:
         self._first = rows[0]
-        self._rows = {r.doc_id: r for r in rows if r.doc_id is not None}
+        doc_id = itemgetter(rows[0]._fields.index("doc_id"))
+        self._rows = {d: r for r in rows if (d := doc_id(r)) is not None}
         first = self._first
         self.ranking = Ranking(
             candidates=_candidates(list(self._rows.values())),

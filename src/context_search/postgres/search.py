@@ -27,6 +27,7 @@ from context_search.postgres.filter_sql import (
 )
 from context_search.postgres.search_sql import Explain, SearchLimits, hybrid_search_sql
 from context_search.postgres.session import SEARCH_TUNING, ReadSession
+from context_search.postgres.vector_sql import vector_literal
 from context_search.text import parse_query
 from context_search.validation import ValidQuery
 
@@ -36,10 +37,6 @@ __all__ = ["SearchStatements", "fetch_evidence_rows", "fetch_verdicts"]
 #: The search statement as ``PREPARE`` takes it: ``$n`` parameters, one per name.
 _NUMBERED = postgresql.psycopg.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 _PLAN_NAMES = itertools.count()
-
-
-def _vector_literal(values: Any) -> str:
-    return "[" + ",".join(f"{float(x):.7g}" for x in values) + "]"
 
 
 def _lexical_params(query: str) -> dict[str, str]:
@@ -138,7 +135,7 @@ class SearchStatements:
             # Only phrases and negations can reject a candidate found through a query term.
             "qcheck": bool(lexical["qphrases"] or lexical["qnegated"]),
             "ts_config": self.text_search_config,
-            "qvec": None if qvec is None else _vector_literal(qvec),
+            "qvec": None if qvec is None else vector_literal(qvec),
             "vector_weight": vector_weight,
             "vector_used": vector_weight > 0,
             "min_sim": vq.min_similarity,

@@ -10,6 +10,9 @@ partitions, not the whole table.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Any
+
 __all__ = [
     "ELIGIBLE_COUNTED",
     "ELIGIBLE_PROBE",
@@ -19,7 +22,24 @@ __all__ = [
     "NEAREST",
     "PARTITIONS",
     "VECTOR",
+    "vector_literal",
 ]
+
+
+@lru_cache(maxsize=8)
+def _literal_format(dimensions: int) -> str:
+    return "[" + ",".join(["%.7g"] * dimensions) + "]"
+
+
+def vector_literal(values: Any) -> str:
+    """pgvector's text form of ``values`` (7 significant digits), for a bound parameter.
+
+    One ``%`` over the whole vector: formatting each float in a generator took ~90 µs of
+    every search's client time (384 dimensions) and of every chunk an ingest writes.
+    """
+    floats = values.tolist() if hasattr(values, "tolist") else [float(x) for x in values]
+    return _literal_format(len(floats)) % tuple(floats)
+
 
 #: Chunks of the filtered documents, as one array computed once (an InitPlan), not a join:
 #: a bare chunks scan ordered by distance is what lets the planner use the HNSW index.
