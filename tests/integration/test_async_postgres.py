@@ -5,6 +5,7 @@ blocking adapter, reads as the reader role with the caller's scopes, native canc
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -14,7 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from context_search import Embedder, SearchConnector
+from context_search import Embedder, HashingEmbedder, SearchConnector
 from context_search.conformance import ConnectorFactory
 from context_search.contract import ContextDocumentRecord, SearchQuery
 from context_search.errors import OperationCancelledError
@@ -94,6 +95,24 @@ def test_partitioning_on_the_loop_keeps_the_answers(
         assert hr and all(h.doc_id.startswith("hr-") for h in hr)
 
     _run(context_search_dsn, context_search_schema, context_search_embedder, test)
+
+
+def test_a_large_upsert_in_batches_refreshes_statistics_and_visibility_once(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    """The async connector writes a large call one batch per call of the sync one, each too
+    small to vacuum and analyze for; the call as a whole must, as the sync connector's
+    does, or the first searches read every posting's heap row (``test_store``)."""
+
+    async def test(c: AsyncPostgresSearchConnector) -> str:
+        report = await c.upsert(_records(1200), batch_size=256)
+        assert report.committed_batches == 5 and report.chunks_written >= 1000
+        return await c.search_plan(_query("feature3 rollout", "team"), analyze=True)
+
+    plan = _run(context_search_dsn, context_search_schema, HashingEmbedder(), test)
+    assert "Index Only Scan using ix_postings_lexeme_scope_impact" in plan, plan
+    fetches = [int(n) for n in re.findall(r"Heap Fetches: (\d+)", plan)]
+    assert fetches and max(fetches) == 0, plan
 
 
 def test_reads_are_scoped_like_the_sync_connector(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -333,6 +334,23 @@ def test_search_plan_is_the_reused_plan_and_reaches_a_narrow_scope_by_index(
     assert sorted(h.doc_id for h in store.search(query).hits) == [
         f"narrow-{i:05d}" for i in range(5)
     ]
+
+
+def test_a_large_write_leaves_postings_readable_by_the_index_alone(
+    context_search_connector: PostgresSearchConnector,
+) -> None:
+    """Stage 1 reads postings by index-only scans, which fetch the heap row of every
+    posting on a page the visibility map does not mark all-visible. A large write vacuums
+    what it wrote, so the first search after it reads postings from the index alone, as
+    searches do once autovacuum has been round."""
+    store = context_search_connector
+    report = store.upsert(_records(1200))
+    assert report.chunks_written >= 1000
+    query = SearchQuery(query="topic3 shared words", allowed_scopes=["team"], top_k=5)
+    plan = store.search_plan(query, analyze=True)
+    assert "Index Only Scan using ix_postings_lexeme_scope_impact" in plan, plan
+    fetches = [int(n) for n in re.findall(r"Heap Fetches: (\d+)", plan)]
+    assert fetches and max(fetches) == 0, plan
 
 
 def test_chunk_rows_keep_their_vector_inline(

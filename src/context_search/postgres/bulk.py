@@ -43,6 +43,7 @@ from psycopg.pq import Format
 from sqlalchemy import Connection, Engine, text
 
 from context_search.postgres.engine import autocommit_session, driver_of, translate_errors
+from context_search.postgres.statistics import vacuum_statement
 
 if TYPE_CHECKING:
     from context_search.postgres.ingest import ChunkSource
@@ -352,9 +353,10 @@ def defer_index_builds(
                 _build(raw, name, definition, rows, dimension)
             if all(s[1] for s in _states(raw, list(definitions)).values()):
                 _note(raw, None)
-            # Planner statistics right after the load, not when autovacuum gets to it: the
-            # first searches plan with the real table sizes and term distribution.
-            raw.execute("ANALYZE documents, chunks, postings, term_stats, scope_stats")
+            # Planner statistics and the visibility map right after the load, not when
+            # autovacuum gets to it: the first searches plan with the real table sizes and
+            # term distribution, and read postings by index alone (statistics.py).
+            raw.execute(vacuum_statement(analyze=True))
 
 
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:

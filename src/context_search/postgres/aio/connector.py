@@ -69,6 +69,7 @@ from context_search.postgres.opening import replica_targets
 from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
+from context_search.postgres.statistics import refresh_statistics
 from context_search.validation import OnStale
 
 __all__ = ["AsyncPostgresSearchConnector"]
@@ -343,13 +344,17 @@ class AsyncPostgresSearchConnector:
                     raise
                 if progress is not None:
                     progress(min(start + batch_size, len(records)), len(records))
-        return dataclasses.replace(
+        report = dataclasses.replace(
             reports[-1],
             outcomes=tuple(o for r in reports for o in r.outcomes),
             chunks_written=sum(r.chunks_written for r in reports),
             embeddings_computed=sum(r.embeddings_computed for r in reports),
             committed_batches=len(reports),
         )
+        # Each batch was a write too small to refresh statistics and visibility on its own;
+        # the call as a whole is what the sync connector's one call refreshes for.
+        refresh_statistics(core.engine, report.chunks_written)
+        return report
 
     async def delete_or_supersede(
         self,
