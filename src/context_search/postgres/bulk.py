@@ -43,7 +43,7 @@ from psycopg.pq import Format
 from sqlalchemy import Connection, Engine, text
 
 from context_search.postgres.engine import autocommit_session, driver_of, translate_errors
-from context_search.postgres.statistics import vacuum_statement
+from context_search.postgres.statistics import vacuum_after_write
 
 if TYPE_CHECKING:
     from context_search.postgres.ingest import ChunkSource
@@ -356,7 +356,7 @@ def defer_index_builds(
             # Planner statistics and the visibility map right after the load, not when
             # autovacuum gets to it: the first searches plan with the real table sizes and
             # term distribution, and read postings by index alone (statistics.py).
-            raw.execute(vacuum_statement(analyze=True))
+            vacuum_after_write(raw, analyze=True)
 
 
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:

@@ -209,9 +209,12 @@ _CHUNK_BM25 = """
     -- a row per matched term instead of one per lexeme of the chunk (~65), a third of
     -- the stage's time. Every lexeme of a to_tsvector result has positions, so none is
     -- lost to the filter. (The matched terms are listed for the hits only, in ``hits``.)
+    -- Summed in lexeme order: a float sum depends on its order, and equal chunks must get
+    -- equal scores (then the document id decides, as the contract says).
     SELECT r.doc_id, r.ordinal,
            sum(i.idf * (t.tf * ({k1} + 1))
-               / (t.tf + {k1} * (1 - {b} + {b} * r.token_count / i.avgdl)))
+               / (t.tf + {k1} * (1 - {b} + {b} * r.token_count / i.avgdl))
+               ORDER BY u.lexeme)
                AS score
     FROM ranked r
     CROSS JOIN q

@@ -351,8 +351,8 @@ class AsyncPostgresSearchConnector:
             embeddings_computed=sum(r.embeddings_computed for r in reports),
             committed_batches=len(reports),
         )
-        # Each batch was a write too small to refresh statistics and visibility on its own;
-        # the call as a whole is what the sync connector's one call refreshes for.
+        # A batch's own refresh counts only that batch's chunks (under 1,000, none); the call
+        # as a whole is what the sync connector's one call refreshes for.
         refresh_statistics(core.engine, report.chunks_written)
         return report
 
