@@ -7,8 +7,11 @@ else. Nothing here touches the database.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
@@ -23,7 +26,14 @@ from context_search.contract import (
 )
 from context_search.responses import Candidate, IndexState, Ranking, make_hit
 
-__all__ = ["SearchRows", "context_document", "index_state", "optional_float"]
+__all__ = [
+    "SearchRows",
+    "StatementRows",
+    "context_document",
+    "index_state",
+    "optional_float",
+    "result_columns",
+]
 
 
 def optional_float(value: Any) -> float | None:
@@ -56,13 +66,39 @@ _CANDIDATE_COLUMNS = (
 )
 
 
-def _candidates(rows: Sequence[Row[Any]]) -> list[Candidate]:
+@dataclass(frozen=True, slots=True)
+class StatementRows:
+    """A statement's rows as plain tuples, and its column names.
+
+    A search returns ~200 rows and reads a few columns of each by position; only the first
+    row and the hits' are read by name (:meth:`named`), so only those become named tuples.
+    """
+
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+    def named(self, row: tuple[Any, ...]) -> Any:
+        return _row_type(self.columns)._make(row)
+
+
+def result_columns(result: Any) -> tuple[str, ...]:
+    """A psycopg result's column names (``cursor.description`` builds an object per column)."""
+    if result is None:
+        return ()
+    return tuple(result.fname(i).decode() for i in range(result.nfields))
+
+
+@lru_cache(maxsize=64)
+def _row_type(columns: tuple[str, ...]) -> Any:
+    return namedtuple("StatementRow", columns, rename=True)
+
+
+def _candidates(rows: Sequence[tuple[Any, ...]], fields: tuple[str, ...]) -> list[Candidate]:
     """Every row's candidate. A search returns ~200 of them, so the columns are read by
     position (looked up once) rather than by name per row: a third of the response's
     assembly time. The statement's scores are double precision, which arrive as floats."""
     if not rows:
         return []
-    fields = rows[0]._fields
     columns = itemgetter(*(fields.index(name) for name in _CANDIDATE_COLUMNS))
     out = []
     for row in rows:
@@ -89,13 +125,13 @@ class SearchRows:
     counters, every row with a ``doc_id`` is a fused candidate in order, and the first
     ``detail_limit`` of those carry their document and chunk fields."""
 
-    def __init__(self, rows: Sequence[Row[Any]]) -> None:
-        self._first = rows[0]
-        doc_id = itemgetter(rows[0]._fields.index("doc_id"))
-        self._rows = {d: r for r in rows if (d := doc_id(r)) is not None}
-        first = self._first
+    def __init__(self, result: StatementRows) -> None:
+        self._result = result
+        first = result.named(result.rows[0])
+        doc_id = itemgetter(result.columns.index("doc_id"))
+        self._rows = {d: r for r in result.rows if (d := doc_id(r)) is not None}
         self.ranking = Ranking(
-            candidates=_candidates(list(self._rows.values())),
+            candidates=_candidates(list(self._rows.values()), result.columns),
             lexical_pool=int(first.lexical_pool),
             vector_pool=int(first.vector_pool),
             lexical_matches=int(first.lexical_matches),
@@ -114,10 +150,15 @@ class SearchRows:
 
     def index_states(self) -> dict[str, IndexState]:
         """Index state of the candidates that carry details (the possible hits)."""
-        return {d: index_state(r) for d, r in self._rows.items() if r.content_id is not None}
+        content_id = itemgetter(self._result.columns.index("content_id"))
+        return {
+            d: index_state(self._result.named(r))
+            for d, r in self._rows.items()
+            if content_id(r) is not None
+        }
 
     def hit(self, candidate: Candidate) -> EvidenceHit:
-        row = self._rows[candidate.doc_id]
+        row = self._result.named(self._rows[candidate.doc_id])
         return make_hit(
             candidate,
             source_system=row.source_system,

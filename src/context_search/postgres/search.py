@@ -13,9 +13,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from psycopg import sql as psql
 from sqlalchemy import Row
-from sqlalchemy.dialects import postgresql
 
 from context_search.fusion import FusionSettings
 from context_search.postgres.engine import driver_of
@@ -25,7 +25,13 @@ from context_search.postgres.filter_sql import (
     build_filter_sql,
     verdicts_sql,
 )
-from context_search.postgres.search_sql import Explain, SearchLimits, hybrid_search_sql
+from context_search.postgres.rows import StatementRows, result_columns
+from context_search.postgres.search_sql import (
+    Explain,
+    NumberedStatement,
+    SearchLimits,
+    numbered_search_sql,
+)
 from context_search.postgres.session import SEARCH_TUNING, ReadSession
 from context_search.postgres.vector_sql import vector_literal
 from context_search.text import parse_query
@@ -34,8 +40,6 @@ from context_search.validation import ValidQuery
 __all__ = ["SearchStatements", "fetch_evidence_rows", "fetch_verdicts"]
 
 
-#: The search statement as ``PREPARE`` takes it: ``$n`` parameters, one per name.
-_NUMBERED = postgresql.psycopg.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 _PLAN_NAMES = itertools.count()
 
 
@@ -152,7 +156,7 @@ class SearchStatements:
         plan: Explain = "",
         detail_limit: int | None = None,
         vector_weight: float = 1.0,
-    ) -> list[Row[Any]]:
+    ) -> StatementRows:
         """The fused candidate rows (or, with ``plan``, the plan's lines) of one search.
 
         The first row always exists and carries the statement-wide counters; candidate rows
@@ -161,8 +165,8 @@ class SearchStatements:
         ``vector_weight`` 0 the vector arm is left out and ``qvec`` may be ``None``.
         """
         document_filter, bind = self._bind(vq, qvec, detail_limit, vector_weight)
-        sql = hybrid_search_sql(document_filter, self.fusion, self.limits(), explain=plan)
-        return list(session.conn.execute(sql, bind).all())
+        statement = numbered_search_sql(document_filter, self.fusion, self.limits(), explain=plan)
+        return _fetch(session, statement, bind)
 
     def fetch_plan(
         self,
@@ -188,28 +192,38 @@ class SearchStatements:
                 plan="analyze" if analyze else "plan",
                 vector_weight=vector_weight,
             )
-            return "\n".join(str(r[0]) for r in rows)
+            return "\n".join(str(r[0]) for r in rows.rows)
         document_filter, bind = self._bind(vq, qvec, None, vector_weight)
-        # Numbered parameters ($1, ...), each name once, in the order SQLAlchemy lists them.
-        compiled = hybrid_search_sql(document_filter, self.fusion, self.limits()).compile(
-            dialect=_NUMBERED
-        )
-        names = compiled.positiontup or []
+        statement = numbered_search_sql(document_filter, self.fusion, self.limits())
         raw = driver_of(session.conn)
         # Prepared statements outlive the transaction; a name of its own per call, so one
         # left behind by a failed EXPLAIN (the transaction aborted, no DEALLOCATE possible)
         # never collides with the next.
         name = psql.Identifier(f"cs_search_plan_{next(_PLAN_NAMES)}")
-        raw.execute(psql.SQL("PREPARE {} AS {}").format(name, psql.SQL(compiled.string)))
+        raw.execute(psql.SQL("PREPARE {} AS {}").format(name, psql.SQL(statement.text)))
         rows = raw.execute(
             psql.SQL("EXPLAIN ({}) EXECUTE {}({})").format(
                 psql.SQL("ANALYZE, BUFFERS" if analyze else "COSTS"),
                 name,
-                psql.SQL(", ").join(psql.Literal(bind[n]) for n in names),
+                psql.SQL(", ").join(psql.Literal(v) for v in statement.params(bind)),
             )
         ).fetchall()
         raw.execute(psql.SQL("DEALLOCATE {}").format(name))
         return "\n".join(str(r[0]) for r in rows)
+
+
+def _fetch(
+    session: ReadSession, statement: NumberedStatement, bind: dict[str, Any]
+) -> StatementRows:
+    """Every row of ``statement``, sent on the session's driver connection (see
+    :func:`numbered_search_sql` for why not through SQLAlchemy)."""
+    raw = driver_of(session.conn)
+    if not isinstance(raw, psycopg.Connection):  # the asyncio driver's synchronous view
+        columns, rows = raw.fetch_raw(statement.text, statement.params(bind))
+        return StatementRows(columns, rows)
+    with psycopg.RawCursor(raw) as cur:
+        cur.execute(statement.text, statement.params(bind))
+        return StatementRows(result_columns(cur.pgresult), cur.fetchall())
 
 
 def fetch_evidence_rows(session: ReadSession, vq: ValidQuery) -> list[Row[Any]]:

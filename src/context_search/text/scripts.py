@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
+from functools import lru_cache
 
 __all__ = ["coverage", "normalise_scripts", "script_counts"]
 
@@ -40,6 +41,7 @@ _NAME_PREFIX = {
 }
 
 
+@lru_cache(maxsize=8192)  # a query's every letter; Unicode names are a slow lookup
 def _script(ch: str) -> str:
     name = unicodedata.name(ch, "")
     first = name.split(" ", 1)[0]

@@ -45,6 +45,7 @@ from context_search.postgres.engine import (
     load_json,
     pool_arguments,
 )
+from context_search.postgres.rows import result_columns
 from context_search.postgres.server import sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA
 
@@ -134,6 +135,17 @@ class SyncDriverConnection:
 
     def execute(self, query: Any, params: Any = None) -> _Cursor:
         return _Cursor(await_(self._conn.execute(query, params)))
+
+    def fetch_raw(
+        self, query: str, params: Sequence[Any]
+    ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
+        """The column names and rows (tuples) of a ``$n``-parameter statement, on psycopg's
+        raw cursor (what the sync connector's search statement runs on)."""
+        cursor = psycopg.AsyncRawCursor(self._conn)
+        with _Cursor(cursor) as cur:
+            cur.execute(query, params)
+            rows = cur.fetchall()
+            return result_columns(cursor.pgresult), rows
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
