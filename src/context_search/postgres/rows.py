@@ -90,7 +90,7 @@ def result_columns(result: Any) -> tuple[str, ...]:
 
 @lru_cache(maxsize=64)
 def _row_type(columns: tuple[str, ...]) -> Any:
-    return namedtuple("StatementRow", columns, rename=True)
+    return namedtuple("StatementRow", columns)
 
 
 def _candidates(rows: Sequence[tuple[Any, ...]], fields: tuple[str, ...]) -> list[Candidate]:
