@@ -29,12 +29,10 @@ from typing import Literal
 
 from psycopg import sql
 from sqlalchemy import TextClause, bindparam, text
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from context_search.fusion import FusionSettings
-from context_search.postgres.filter_sql import DocumentFilter
 from context_search.postgres.vector_sql import (
     ELIGIBLE_COUNTED,
     ELIGIBLE_PROBE,
@@ -46,16 +44,12 @@ from context_search.postgres.vector_sql import (
     VECTOR,
 )
 
-__all__ = ["FusionSettings", "NumberedStatement", "SearchLimits", "hybrid_search_sql"]
+__all__ = ["FusionSettings", "SearchLimits", "search_clause"]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
 
 Explain = Literal["", "plan", "analyze"]
-
-#: The statement with ``$n`` parameters, each name once (what ``PREPARE`` and psycopg's raw
-#: cursors take).
-_NUMBERED = postgresql.psycopg.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 _EXPLAIN = {"": "", "plan": "EXPLAIN ", "analyze": "EXPLAIN (ANALYZE, BUFFERS) "}
 
 
@@ -435,26 +429,11 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
 
 
 @lru_cache(maxsize=256)
-def _clause(
+def search_clause(
     document_filter: str | None, fusion: FusionSettings, limits: SearchLimits, explain: Explain
 ) -> TextClause:
-    # One TextClause per statement shape: SQLAlchemy compiles it once, psycopg sends the same
-    # text for every search of a connector (so the server can keep it prepared).
-    binds = [bindparam("scopes", type_=ARRAY(Text)), bindparam("lifecycles", type_=ARRAY(Text))]
-    if document_filter is not None and ":targets" in document_filter:
-        binds.append(bindparam("targets", type_=ARRAY(Text)))
-    statement = _statement(document_filter, fusion, limits)
-    return text(_EXPLAIN[explain] + statement).bindparams(*binds)
-
-
-def hybrid_search_sql(
-    document_filter: DocumentFilter | None,
-    fusion: FusionSettings,
-    limits: SearchLimits,
-    *,
-    explain: Explain = "",
-) -> TextClause:
-    """One statement returning every fused candidate with its components and hit fields.
+    """One statement returning every fused candidate with its components and hit fields
+    (``document_filter``: the SQL text of the query's document filter, if it has one).
 
     Bound parameters: ``scopes`` (text[]), ``lifecycles`` (text[]), ``qpositive``,
     ``qphrases`` (websearch syntax of quoted phrases), ``qnegated`` (see ``text.query``),
@@ -467,43 +446,10 @@ def hybrid_search_sql(
     ``explain``: the statement under ``EXPLAIN`` (``plan``) or ``EXPLAIN (ANALYZE,
     BUFFERS)`` (``analyze``).
     """
-    predicate = None if document_filter is None else document_filter.sql.as_string()
-    return _clause(predicate, fusion, limits, explain)
-
-
-@dataclass(frozen=True, slots=True)
-class NumberedStatement:
-    """A search statement as the driver takes it: ``$n`` placeholders and the bound names
-    in their order, compiled once per shape."""
-
-    text: str
-    names: tuple[str, ...]
-
-    def params(self, bind: dict[str, object]) -> tuple[object, ...]:
-        return tuple(bind[name] for name in self.names)
-
-
-@lru_cache(maxsize=256)
-def _numbered(
-    document_filter: str | None, fusion: FusionSettings, limits: SearchLimits, explain: Explain
-) -> NumberedStatement:
-    compiled = _clause(document_filter, fusion, limits, explain).compile(dialect=_NUMBERED)
-    return NumberedStatement(compiled.string, tuple(compiled.positiontup or ()))
-
-
-def numbered_search_sql(
-    document_filter: DocumentFilter | None,
-    fusion: FusionSettings,
-    limits: SearchLimits,
-    *,
-    explain: Explain = "",
-) -> NumberedStatement:
-    """:func:`hybrid_search_sql` with numbered parameters, for the driver's raw cursor.
-
-    A search statement is ~14 kB: psycopg caches the conversion of named placeholders only
-    for statements under 4 kB, so it parsed the whole text again on every search (~0.1 ms),
-    and SQLAlchemy's execution and result layers around it cost ~0.3 ms more for nothing
-    this statement needs (its values arrive typed, its columns are read by position).
-    """
-    predicate = None if document_filter is None else document_filter.sql.as_string()
-    return _numbered(predicate, fusion, limits, explain)
+    # One statement per shape (cached here and compiled once by ``search``): the same text
+    # for every search of a connector, so the server can keep it prepared.
+    binds = [bindparam("scopes", type_=ARRAY(Text)), bindparam("lifecycles", type_=ARRAY(Text))]
+    if document_filter is not None and ":targets" in document_filter:
+        binds.append(bindparam("targets", type_=ARRAY(Text)))
+    statement = _statement(document_filter, fusion, limits)
+    return text(_EXPLAIN[explain] + statement).bindparams(*binds)
