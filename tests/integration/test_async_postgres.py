@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from context_search import Embedder, HashingEmbedder, SearchConnector
 from context_search.conformance import ConnectorFactory
 from context_search.contract import ContextDocumentRecord, SearchQuery
-from context_search.errors import OperationCancelledError
+from context_search.errors import BackendUnavailableError, OperationCancelledError
 from context_search.postgres import AsyncPostgresSearchConnector
 from context_search.postgres.server import sqlalchemy_url
 from context_search.testing import ConformanceSuite, temporary_schema
@@ -273,6 +273,37 @@ def test_time_limit_is_a_typed_cancellation_like_sync(
     error = _run(dsn, context_search_schema, context_search_embedder, test)
     assert error.code == "CANCELLED"
     assert error.details["reason"] == "timeout"
+
+
+def test_a_backend_terminated_mid_search_fails_typed_with_the_servers_reason(
+    context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
+) -> None:
+    dsn = context_search_dsn
+
+    async def test(c: AsyncPostgresSearchConnector) -> BackendUnavailableError:
+        await c.upsert(_records(3))
+        async with _chunks_locked(dsn, context_search_schema):
+            task = asyncio.create_task(c.search(_query("feature1", "team")))
+
+            async def waiting() -> bool:
+                return await _blocked_searches(dsn) == 1
+
+            await _until(waiting)
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as killer:
+                await killer.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                    "state = 'active' AND wait_event_type = 'Lock' "
+                    "AND application_name = 'context-search'"
+                )
+            with pytest.raises(BackendUnavailableError) as raised:
+                await task
+        # The dead connection left the pool: the next search answers.
+        assert (await c.search(_query("feature1", "team"))).hits[0].doc_id == "doc-1"
+        return raised.value
+
+    error = _run(dsn, context_search_schema, context_search_embedder, test)
+    # The server's reason, not a failed ROLLBACK on the dead connection afterwards.
+    assert error.details["sqlstate"] == "57P01", error.details
 
 
 def test_searches_interleave_on_one_loop_each_answered_for_itself(

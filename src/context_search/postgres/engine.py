@@ -451,9 +451,10 @@ class _Attempt:
 def driver_of(sa_conn: Any) -> Any:
     """The psycopg connection under a SQLAlchemy connection, always with psycopg's
     synchronous API, for the statements the shared code sends on the driver itself (COPY,
-    DDL, PREPARE). The connector's own asyncio engines already hand out that view; a
-    service's own asyncio engine hands out psycopg's ``AsyncConnection``, which gets the
-    same view here (the code runs inside SQLAlchemy's greenlet bridge either way)."""
+    DDL, PREPARE, the search statement). The connector's own asyncio engines already hand
+    out that view; a service's own asyncio engine hands out psycopg's ``AsyncConnection``,
+    which gets the same view here (the code runs inside SQLAlchemy's greenlet bridge
+    either way)."""
     raw = sa_conn.connection.driver_connection
     assert raw is not None  # an open connection always has its driver connection
     if isinstance(raw, psycopg.AsyncConnection):

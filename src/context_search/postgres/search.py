@@ -76,7 +76,9 @@ def numbered_search_sql(
     A search statement is ~14 kB: psycopg caches the conversion of named placeholders only
     for statements under 4 kB, so it parsed the whole text again on every search (~0.1 ms),
     and SQLAlchemy's execution and result layers around it cost ~0.3 ms more for nothing
-    this statement needs (its values arrive typed, its columns are read by position).
+    this statement needs (its values arrive typed; its ~200 rows are read by position, only
+    the first and the hits' by name). So SQLAlchemy's events and instrumentation do not see
+    the search statement; the connector's own spans and stage timings do.
     """
     predicate = None if document_filter is None else document_filter.sql.as_string()
     return _numbered(predicate, fusion, limits, explain)
@@ -257,12 +259,20 @@ def _fetch(
     """Every row of ``statement``, sent on the session's driver connection (see
     :func:`numbered_search_sql` for why not through SQLAlchemy)."""
     raw = driver_of(session.conn)
-    if not isinstance(raw, psycopg.Connection):  # the asyncio driver's synchronous view
-        columns, rows = raw.fetch_raw(statement.text, statement.params(bind))
-        return StatementRows(columns, rows)
-    with psycopg.RawCursor(raw) as cur:
-        cur.execute(statement.text, statement.params(bind))
-        return StatementRows(result_columns(cur.pgresult), cur.fetchall())
+    try:
+        if not isinstance(raw, psycopg.Connection):  # the asyncio driver's synchronous view
+            columns, rows = raw.fetch_raw(statement.text, statement.params(bind))
+            return StatementRows(columns, rows)
+        with psycopg.RawCursor(raw) as cur:
+            cur.execute(statement.text, statement.params(bind))
+            return StatementRows(result_columns(cur.pgresult), cur.fetchall())
+    except psycopg.Error:
+        if raw.broken or raw.closed:
+            # What SQLAlchemy does when a statement of its own finds the connection dead:
+            # invalidate it, so no ROLLBACK is tried on it and the caller sees this error
+            # (the server's reason and SQLSTATE), not "the connection is closed".
+            session.conn.invalidate()
+        raise
 
 
 def fetch_evidence_rows(session: ReadSession, vq: ValidQuery) -> list[Row[Any]]:

@@ -10,9 +10,10 @@ what changes is only the driver underneath, and the loop stays free while the se
 Three things the shared code does outside SQLAlchemy's own API need the same bridge, and get
 it here:
 
-- the bulk write path talks to psycopg directly (``COPY``, autocommit DDL sessions), through
-  ``driver_connection``: :class:`AsyncDialect` hands it a synchronous view of the
-  ``AsyncConnection`` whose every call is awaited on the loop the same way;
+- the bulk write path (``COPY``, autocommit DDL sessions) and the search statement (a raw
+  cursor) talk to psycopg directly, through ``driver_connection``: :class:`AsyncDialect`
+  hands them a synchronous view of the ``AsyncConnection`` whose every call is awaited on
+  the loop the same way;
 - the embedding model is CPU-bound: :class:`OffLoopEmbedder` runs it in a worker thread and
   awaits it, so the loop serves other requests meanwhile;
 - the pool's connections hand themselves back on ``close()`` even when broken, like the
@@ -170,6 +171,14 @@ class SyncDriverConnection:
     @property
     def adapters(self) -> Any:
         return self._conn.adapters
+
+    @property
+    def broken(self) -> bool:
+        return self._conn.broken
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.closed
 
     @property
     def info(self) -> Any:
