@@ -211,14 +211,16 @@ async def _chunks_locked(dsn: str, schema: str) -> AsyncIterator[psycopg.AsyncCo
         yield locker
 
 
-async def _blocked_searches(dsn: str) -> int:
+#: The connector's backends waiting on a lock inside a statement.
+_BLOCKED = (
+    "FROM pg_stat_activity WHERE state = 'active' "
+    "AND wait_event_type = 'Lock' AND application_name = 'context-search'"
+)
+
+
+async def _on_server(dsn: str, query: str) -> int:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as probe:
-        row = await (
-            await probe.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                "AND wait_event_type = 'Lock' AND application_name = 'context-search'"
-            )
-        ).fetchone()
+        row = await (await probe.execute(query)).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -230,28 +232,38 @@ async def _until(check: Callable[[], Awaitable[bool]], seconds: float = 10.0) ->
         await asyncio.sleep(0.05)
 
 
+async def _blocked_searches_are(dsn: str, n: int) -> None:
+    async def reached() -> bool:
+        return await _on_server(dsn, f"SELECT count(*) {_BLOCKED}") == n
+
+    await _until(reached)
+
+
+@asynccontextmanager
+async def _blocked_search(
+    c: AsyncPostgresSearchConnector, dsn: str, schema: str
+) -> AsyncIterator[asyncio.Task[Any]]:
+    """A search of three indexed records started while another session holds ``chunks``,
+    yielded once the server shows it waiting on the lock; the lock goes with the block."""
+    await c.upsert(_records(3))
+    async with _chunks_locked(dsn, schema):
+        task = asyncio.create_task(c.search(_query("feature1", "team")))
+        await _blocked_searches_are(dsn, 1)
+        yield task
+
+
 def test_cancelling_the_task_cancels_the_statement_on_the_server(
     context_search_dsn: str, context_search_schema: str, context_search_embedder: Embedder
 ) -> None:
     dsn = context_search_dsn
 
     async def test(c: AsyncPostgresSearchConnector) -> None:
-        await c.upsert(_records(3))
-        async with _chunks_locked(dsn, context_search_schema):
-            task = asyncio.create_task(c.search(_query("feature1", "team")))
-
-            async def waiting() -> bool:
-                return await _blocked_searches(dsn) == 1
-
-            async def stopped() -> bool:
-                return await _blocked_searches(dsn) == 0
-
-            await _until(waiting)
+        async with _blocked_search(c, dsn, context_search_schema) as task:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             # The lock is still held: only a server-side cancel ends the wait.
-            await _until(stopped)
+            await _blocked_searches_are(dsn, 0)
         # The connection went back to the pool usable: the next search answers.
         assert (await c.search(_query("feature1", "team"))).hits[0].doc_id == "doc-1"
 
@@ -281,20 +293,8 @@ def test_a_backend_terminated_mid_search_fails_typed_with_the_servers_reason(
     dsn = context_search_dsn
 
     async def test(c: AsyncPostgresSearchConnector) -> BackendUnavailableError:
-        await c.upsert(_records(3))
-        async with _chunks_locked(dsn, context_search_schema):
-            task = asyncio.create_task(c.search(_query("feature1", "team")))
-
-            async def waiting() -> bool:
-                return await _blocked_searches(dsn) == 1
-
-            await _until(waiting)
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as killer:
-                await killer.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                    "state = 'active' AND wait_event_type = 'Lock' "
-                    "AND application_name = 'context-search'"
-                )
+        async with _blocked_search(c, dsn, context_search_schema) as task:
+            assert await _on_server(dsn, f"SELECT count(pg_terminate_backend(pid)) {_BLOCKED}")
             with pytest.raises(BackendUnavailableError) as raised:
                 await task
         # The dead connection left the pool: the next search answers.
