@@ -59,25 +59,55 @@ JobStatus = Literal["pending", "running", "failed"]
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One fused candidate document: its score parts, the query terms its best chunk
-    matched and that chunk's ordinal (the lexical arm's if it found one, else the vector
-    arm's)."""
+    """One fused candidate document: its rank-log entry (score parts, no final rank yet),
+    the query terms its best chunk matched and that chunk's ordinal (the lexical arm's if
+    it found one, else the vector arm's).
 
-    doc_id: str
-    parts: ScoreParts
+    The entry is the candidate's only copy of its scores: a search has ~200 candidates and
+    every one is a rank-log entry, while score parts are wanted for the ~10 hits only, so
+    they are derived on demand (building both for every candidate was a third of a
+    response's assembly).
+    """
+
+    entry: RankLogEntry
     terms: tuple[str, ...] = ()
     chunk_ordinal: int | None = None
 
-    def entry(self) -> RankLogEntry:
-        p = self.parts
-        return RankLogEntry(
-            doc_id=self.doc_id,
-            lexical_rank=p.lexical_rank,
-            lexical_score=p.lexical_score,
-            vector_rank=p.vector_rank,
-            vector_similarity=p.vector_similarity,
-            fused=p.fused,
-            final_rank=None,
+    @classmethod
+    def of(
+        cls,
+        doc_id: str,
+        parts: ScoreParts,
+        terms: tuple[str, ...] = (),
+        chunk_ordinal: int | None = None,
+    ) -> Candidate:
+        return cls(
+            RankLogEntry(
+                doc_id=doc_id,
+                lexical_rank=parts.lexical_rank,
+                lexical_score=parts.lexical_score,
+                vector_rank=parts.vector_rank,
+                vector_similarity=parts.vector_similarity,
+                fused=parts.fused,
+                final_rank=None,
+            ),
+            terms,
+            chunk_ordinal,
+        )
+
+    @property
+    def doc_id(self) -> str:
+        return self.entry.doc_id
+
+    @property
+    def parts(self) -> ScoreParts:
+        e = self.entry
+        return ScoreParts(
+            lexical_rank=e.lexical_rank,
+            lexical_score=e.lexical_score,
+            vector_rank=e.vector_rank,
+            vector_similarity=e.vector_similarity,
+            fused=e.fused,
         )
 
 
@@ -95,7 +125,7 @@ class Ranking:
     @property
     def top_lexical(self) -> float:
         """The best lexical score among the candidates (convex fusion normalises by it)."""
-        return max((c.parts.lexical_score or 0.0 for c in self.candidates), default=0.0)
+        return max((c.entry.lexical_score or 0.0 for c in self.candidates), default=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +243,7 @@ def make_hit(
         permission_scope=permission_scope,
         lifecycle=lifecycle,
         updated_at=updated_at,
-        score=candidate.parts.fused,
+        score=candidate.entry.fused,
         score_parts=candidate.parts,
         metadata=dict(metadata),
         chunk_ordinal=chunk_ordinal,
@@ -275,9 +305,7 @@ def assemble_response(
     built, and ``require_fresh`` before anything is returned.
     """
     check_pins(vq.pinned, readable)
-    cut = cut_to_hits(
-        [c.entry() for c in ranking.candidates], top_k=vq.top_k, min_score=vq.min_score
-    )
+    cut = cut_to_hits([c.entry for c in ranking.candidates], top_k=vq.top_k, min_score=vq.min_score)
     kept = [ranking.candidates[i] for i in cut.kept]
     shown = [c.doc_id for c in kept]
     extra = [t for t in vq.targets or () if t in readable and t not in set(shown)]
@@ -336,7 +364,7 @@ def assemble_explanation(
         notes.append("superseded: excluded unless include_superseded=True")
     if not passed:
         notes.append("excluded by filters")
-    cut = cut_to_hits([c.entry() for c in ranking.candidates], top_k=None, min_score=vq.min_score)
+    cut = cut_to_hits([c.entry for c in ranking.candidates], top_k=None, min_score=vq.min_score)
     position = next((i for i, c in enumerate(ranking.candidates) if c.doc_id == doc_id), None)
     found = ranking.candidates[position] if position is not None else None
     final_rank = cut.entries[position].final_rank if position is not None else None

@@ -119,7 +119,7 @@ def rank(
         a.vector_rank, a.vector_similarity, a.vector_chunk = position, sim, chunk
     top_lexical = max((a.lexical_score or 0.0 for a in arms.values()), default=0.0)
     candidates = [
-        Candidate(
+        Candidate.of(
             doc_id=doc_id,
             parts=a.parts(fusion.fuse(a.parts(), top_lexical, plan.vector_weight)),
             terms=tuple(sorted(a.terms)),
@@ -127,7 +127,7 @@ def rank(
         )
         for doc_id, a in arms.items()
     ]
-    candidates.sort(key=lambda c: (-c.parts.fused, c.doc_id))
+    candidates.sort(key=lambda c: (-c.entry.fused, c.doc_id))
     return Ranking(
         candidates=candidates,
         lexical_pool=min(len(lex), fusion.pool_size),

@@ -22,7 +22,7 @@ from context_search.contract import (
     EvidenceHit,
     Lifecycle,
     Propagation,
-    ScoreParts,
+    RankLogEntry,
 )
 from context_search.responses import Candidate, IndexState, Ranking, make_hit
 
@@ -105,16 +105,17 @@ def _candidates(rows: Sequence[tuple[Any, ...]], fields: tuple[str, ...]) -> lis
         doc_id, lex_rank, lex_score, vec_rank, vec_sim, fused, terms, ordinal = columns(row)
         out.append(
             Candidate(
-                doc_id=doc_id,
-                parts=ScoreParts(
+                RankLogEntry(
+                    doc_id=doc_id,
                     lexical_rank=lex_rank,
                     lexical_score=lex_score,
                     vector_rank=vec_rank,
                     vector_similarity=vec_sim,
                     fused=fused,
+                    final_rank=None,
                 ),
-                terms=tuple(terms or ()),
-                chunk_ordinal=ordinal,
+                tuple(terms or ()),
+                ordinal,
             )
         )
     return out

@@ -155,7 +155,7 @@ def run_search(
         params["match"] = lexical.match
     stats, *rows = reader.execute(statement, params)
     candidates = [
-        Candidate(
+        Candidate.of(
             doc_id=r[1],
             parts=ScoreParts(
                 lexical_rank=r[2],
