@@ -259,13 +259,13 @@ def _fetch(
     """Every row of ``statement``, sent on the session's driver connection (see
     :func:`numbered_search_sql` for why not through SQLAlchemy)."""
     raw = driver_of(session.conn)
+    # The asyncio driver's synchronous view makes its own (awaited) raw cursor.
+    cursor = psycopg.RawCursor(raw) if isinstance(raw, psycopg.Connection) else raw.raw_cursor()
     try:
-        if not isinstance(raw, psycopg.Connection):  # the asyncio driver's synchronous view
-            columns, rows = raw.fetch_raw(statement.text, statement.params(bind))
-            return StatementRows(columns, rows)
-        with psycopg.RawCursor(raw) as cur:
+        with cursor as cur:
             cur.execute(statement.text, statement.params(bind))
-            return StatementRows(result_columns(cur.pgresult), cur.fetchall())
+            rows = cur.fetchall()
+            return StatementRows(result_columns(cur.pgresult), rows)
     except psycopg.Error:
         if raw.broken or raw.closed:
             # What SQLAlchemy does when a statement of its own finds the connection dead:

@@ -24,7 +24,6 @@ and its plan can be reused.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
 from psycopg import sql
@@ -428,7 +427,6 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
     return statement.as_string()
 
 
-@lru_cache(maxsize=256)
 def search_clause(
     document_filter: str | None, fusion: FusionSettings, limits: SearchLimits, explain: Explain
 ) -> TextClause:
@@ -446,8 +444,8 @@ def search_clause(
     ``explain``: the statement under ``EXPLAIN`` (``plan``) or ``EXPLAIN (ANALYZE,
     BUFFERS)`` (``analyze``).
     """
-    # One statement per shape (cached here and compiled once by ``search``): the same text
-    # for every search of a connector, so the server can keep it prepared.
+    # One text per shape (``search`` compiles and caches it): the same text for every
+    # search of a connector, so the server can keep it prepared.
     binds = [bindparam("scopes", type_=ARRAY(Text)), bindparam("lifecycles", type_=ARRAY(Text))]
     if document_filter is not None and ":targets" in document_filter:
         binds.append(bindparam("targets", type_=ARRAY(Text)))

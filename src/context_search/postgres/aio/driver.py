@@ -46,7 +46,6 @@ from context_search.postgres.engine import (
     load_json,
     pool_arguments,
 )
-from context_search.postgres.rows import result_columns
 from context_search.postgres.server import sqlalchemy_url
 from context_search.postgres.settings import DEFAULT_SCHEMA
 
@@ -111,6 +110,10 @@ class _Cursor:
     def rowcount(self) -> int:
         return int(self._cursor.rowcount)
 
+    @property
+    def pgresult(self) -> Any:
+        return self._cursor.pgresult
+
     def fetchone(self) -> Any:
         return await_(self._cursor.fetchone())
 
@@ -137,16 +140,9 @@ class SyncDriverConnection:
     def execute(self, query: Any, params: Any = None) -> _Cursor:
         return _Cursor(await_(self._conn.execute(query, params)))
 
-    def fetch_raw(
-        self, query: str, params: Sequence[Any]
-    ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-        """The column names and rows (tuples) of a ``$n``-parameter statement, on psycopg's
-        raw cursor (what the sync connector's search statement runs on)."""
-        cursor = psycopg.AsyncRawCursor(self._conn)
-        with _Cursor(cursor) as cur:
-            cur.execute(query, params)
-            rows = cur.fetchall()
-            return result_columns(cursor.pgresult), rows
+    def raw_cursor(self) -> _Cursor:
+        """``psycopg.RawCursor(connection)``: ``$n`` parameters, sent as they are."""
+        return _Cursor(psycopg.AsyncRawCursor(self._conn))
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
