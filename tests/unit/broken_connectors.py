@@ -6,6 +6,7 @@ connector and override a single behaviour, so a passing case proves it checks th
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -434,6 +435,21 @@ class IgnoresPhrases(Broken):
 
     def search(self, query: SearchQuery) -> SearchResponse:
         return super().search(replace(query, query=query.query.replace('"', " ")))
+
+
+class PhraseAsAllWords(Broken):
+    """Requires every word of a quoted phrase, in any order and anywhere in the text."""
+
+    catches = ("quoted_phrase_required_in_order",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        def each_word(m: re.Match[str]) -> str:
+            return " ".join(f'{m.group(1)}"{w}"' for w in m.group(2).split())
+
+        return super().search(replace(query, query=_PHRASE.sub(each_word, query.query)))
+
+
+_PHRASE = re.compile(r'(-?)"([^"]*)"')
 
 
 class IgnoresNegation(Broken):

@@ -10,26 +10,52 @@ from __future__ import annotations
 
 from context_search.conformance._registry import case, check
 from context_search.conformance.corpus import TEAM, standard_corpus
-from context_search.contract import SearchConnector, SearchQuery, SearchResponse
+from context_search.contract import (
+    ContextDocumentRecord,
+    SearchConnector,
+    SearchQuery,
+    SearchResponse,
+)
 
 
 def _lexical(resp: SearchResponse) -> set[str]:
     return {e.doc_id for e in resp.rank_log.entries if e.lexical_rank is not None}
 
 
+# Both words of the phrase, but never adjacent in its order: reversed, and apart.
+_WORDS_NOT_PHRASE = {
+    "doc-team-reversed": "Ask the service aurora desk before midnight.",
+    "doc-team-apart": "The aurora dashboard lists every service that pages at night.",
+}
+
+
 @case("query")
 def quoted_phrase_required_in_order(c: SearchConnector) -> None:
     """A quoted phrase matches only documents containing its words in that order."""
-    c.upsert(standard_corpus())
+    c.upsert(
+        [
+            *standard_corpus(),
+            *(
+                ContextDocumentRecord(document_id=doc_id, body=body, permission_scope=TEAM)
+                for doc_id, body in _WORDS_NOT_PHRASE.items()
+            ),
+        ]
+    )
     resp = c.search(SearchQuery(query='"aurora service"', allowed_scopes=[TEAM], top_k=20))
     lexical = _lexical(resp)
     check("doc-team-aurora" in lexical, f"phrase missed the document containing it: {lexical}")
     check(
         "doc-team-dolomite" not in lexical,
-        "a document with both words but not the phrase matched the phrase lexically",
+        "a document with one of the words but not the phrase matched the phrase lexically",
     )
+    both = sorted(lexical & set(_WORDS_NOT_PHRASE))
+    check(not both, f"documents with both words, not in order, matched the phrase: {both}")
     loose = _lexical(c.search(SearchQuery(query="aurora service", allowed_scopes=[TEAM])))
     check("doc-team-dolomite" in loose, "unquoted words must match any document with one")
+    check(
+        set(_WORDS_NOT_PHRASE) <= loose,
+        f"unquoted words must match documents with both words in any order: {loose}",
+    )
 
 
 @case("query")
