@@ -5,10 +5,12 @@ can order the best few better, at a cost per candidate. :class:`RerankingConnect
 :class:`~context_search.contract.SearchConnector` rather than living inside one backend, so
 every backend gets the same stage with the same semantics (and none needs to change):
 
-1. the inner connector searches with ``top_k = max(top_k, top_n)``;
+1. the inner connector searches with ``top_k = max(offset + top_k, top_n)`` (no offset);
 2. the first ``top_n`` hits (candidates that passed ``min_score``, in fused order) are
    scored by the :class:`Reranker` and reordered by that score, ties in fused order;
-3. the rest keep their fused order, and the list is cut to ``top_k``.
+3. the rest keep their fused order, and the list is cut to ``top_k`` (a page with an
+   ``offset`` is cut from this list, ranks ``offset + 1 .. offset + top_k``; a page deeper
+   than ``MAX_TOP_K`` asks ``inner`` for the head and for the page's fused ranks apart).
 
 The rank log records the stage: ``params["rerank_top_n"]``, and ``rerank_score`` on each
 reranked entry (and on the hit's ``score_parts``), so :func:`final_order` recomputes the
@@ -42,8 +44,12 @@ from context_search.contract import (
     SearchQuery,
     SearchResponse,
 )
-from context_search.errors import IndexStaleError, InvalidResultError, RetrieverUnconfiguredError
-from context_search.validation import MAX_TOP_K, validate_query
+from context_search.errors import (
+    IndexStaleError,
+    InvalidResultError,
+    RetrieverUnconfiguredError,
+)
+from context_search.validation import MAX_TOP_K, MAX_WINDOW, validate_query
 
 __all__ = ["CrossEncoderReranker", "Reranker", "RerankingConnector", "final_order"]
 
@@ -64,7 +70,7 @@ def final_order(log: RankLog) -> list[RankLogEntry]:
 
     Fused descending then doc_id; entries with a ``rerank_score`` move to the front, by that
     score descending (a stable sort, so ties keep fused order). The returned hits are the
-    entries of this list with a ``final_rank``, in this order.
+    entries of this list with a ``final_rank`` above the query's ``offset``, in this order.
     """
     fused = sorted(log.entries, key=lambda e: (-e.fused, e.doc_id))
     head = [e for e in fused if e.rerank_score is not None]
@@ -112,31 +118,51 @@ class RerankingConnector:
     # -- the stage ---------------------------------------------------------------------------
 
     def search(self, query: SearchQuery) -> SearchResponse:
-        validate_query(query)  # so widening top_k below never hides a bad one
-        wide = replace(query, top_k=max(query.top_k, self._top_n), require_fresh=False)
-        resp = self._inner.search(wide)
-        head = resp.hits[: self._top_n]
+        vq = validate_query(query)  # so widening top_k below never hides a bad one
+        n = self._top_n
+        # A page is cut from the reranked ranking of its whole window, never reranked alone.
+        if vq.window <= MAX_TOP_K:
+            resp = self._inner.search(
+                replace(query, offset=0, top_k=max(vq.window, n), require_fresh=False)
+            )
+            head, rest_from, rest = resp.hits[:n], n, resp.hits[n:]
+            known = resp.evidence.documents
+        else:  # deeper than one inner query: the head, then the fused ranks of the page
+            first = self._inner.search(replace(query, offset=0, top_k=n, require_fresh=False))
+            head = first.hits
+            rest_from = max(vq.offset, n)
+            resp = self._inner.search(
+                replace(query, offset=rest_from, top_k=vq.window - rest_from, require_fresh=False)
+            )
+            rest = resp.hits
+            known = first.evidence.documents + resp.evidence.documents
         with telemetry.operation("context_search.rerank", telemetry.rerank_attributes(head)):
             scores = self._scores(query.query, head)
         reranked = sorted(range(len(head)), key=lambda i: -scores[i])  # stable: fused ties
-        hits = [
-            replace(head[i], score_parts=replace(head[i].score_parts, rerank_score=scores[i]))
-            for i in reranked
-        ] + list(resp.hits[self._top_n :])
-        hits = hits[: query.top_k]
+        by_rank = {
+            r: replace(head[i], score_parts=replace(head[i].score_parts, rerank_score=scores[i]))
+            for r, i in enumerate(reranked, start=1)
+        } | dict(enumerate(rest, start=rest_from + 1))
+        more = max(by_rank, default=0) > vq.window or resp.next_offset is not None
+        hits = [by_rank[r] for r in range(vq.offset + 1, vq.window + 1) if r in by_rank]
         by_id = {h.doc_id: scores[i] for i, h in enumerate(head)}
-        rank = {h.doc_id: r for r, h in enumerate(hits, start=1)}
+        head_rank = {head[i].doc_id: r for r, i in enumerate(reranked, start=1)}
+
+        def final(e: RankLogEntry) -> int | None:
+            rank = head_rank.get(e.doc_id, e.final_rank)
+            return rank if rank is not None and rank <= vq.window else None
+
         entries = [
-            replace(e, rerank_score=by_id.get(e.doc_id), final_rank=rank.get(e.doc_id))
+            replace(e, rerank_score=by_id.get(e.doc_id), final_rank=final(e))
             for e in resp.rank_log.entries
         ]
         log = replace(
             resp.rank_log,
-            params={**resp.rank_log.params, "rerank_top_n": float(self._top_n)},
+            params={**resp.rank_log.params, "rerank_top_n": float(n)},
             entries=tuple(final_order(replace(resp.rank_log, entries=tuple(entries)))),
         )
         shown = [h.doc_id for h in hits]
-        evidence = {d.doc_id: d for d in resp.evidence.documents}
+        evidence = {d.doc_id: d for d in known}
         extra = [t for t in query.targets or () if t in evidence and t not in set(shown)]
         docs = tuple(evidence[d] for d in [*shown, *dict.fromkeys(extra)])
         stale = [d for d in docs if d.freshness is not Freshness.FRESH]
@@ -151,6 +177,7 @@ class RerankingConnector:
             stats=replace(resp.stats, returned=len(hits)),
             rank_log=log,
             evidence=replace(resp.evidence, documents=docs),
+            next_offset=vq.window if more and vq.window < MAX_WINDOW else None,
         )
 
     def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:

@@ -8,8 +8,9 @@ different things depending on where it came from. A connector supplies:
 - a way to build the hit of a kept candidate (the stored fields and the cited chunk),
 - the :class:`IndexState` of the documents the caller may read among hits and targets,
 
-and the functions here decide the cut (``min_score``, ``top_k``), the rank log, the stats,
-pin and ``require_fresh`` checks, freshness, evidence and the explain notes.
+and the functions here decide the cut (``min_score``, ``top_k``, the page's ``offset``), the
+rank log, the stats, the hits' highlights, pin and ``require_fresh`` checks, freshness,
+evidence and the explain notes.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from context_search.contract import (
     fusion_arithmetic,
 )
 from context_search.errors import IndexStaleError, RevisionMismatchError
-from context_search.validation import ValidQuery
+from context_search.text.highlight import highlight_spans, query_terms
+from context_search.validation import MAX_WINDOW, ValidQuery
 
 __all__ = [
     "Candidate",
@@ -52,6 +54,7 @@ __all__ = [
     "freshness",
     "hit_from_document",
     "make_hit",
+    "with_highlights",
 ]
 
 JobStatus = Literal["pending", "running", "failed"]
@@ -148,33 +151,51 @@ class IndexState:
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    entries: tuple[RankLogEntry, ...]  # every candidate, with final_rank set for the kept ones
-    kept: tuple[int, ...]  # positions (into the input) of the hits, in rank order
+    entries: tuple[RankLogEntry, ...]  # every candidate, with final_rank set for the ranked ones
+    kept: tuple[int, ...]  # positions (into the input) of the page's hits, in rank order
     below_min_score: int
+    more: bool = False  # a passing candidate ranks after the last one ranked
 
 
 def cut_to_hits(
-    ordered: Sequence[RankLogEntry], *, top_k: int | None, min_score: float | None
+    ordered: Sequence[RankLogEntry],
+    *,
+    top_k: int | None,
+    min_score: float | None,
+    offset: int = 0,
 ) -> Cut:
-    """Keep candidates in fused order that reach ``min_score``, at most ``top_k`` of them.
+    """Rank candidates in fused order that reach ``min_score``, the first ``offset +
+    top_k`` of them, and keep ranks ``offset + 1 ..`` as the page.
 
-    ``top_k=None`` ranks every passing candidate, which is what ``explain`` reports.
+    Ranks are absolute, so a page's rank log is exactly that of one query for ``offset +
+    top_k`` hits: pages are slices of one ranking. ``top_k=None`` ranks every passing
+    candidate, which is what ``explain`` reports.
     """
+    window = None if top_k is None else offset + top_k
     entries: list[RankLogEntry] = []
     kept: list[int] = []
-    below = 0
+    ranked = below = 0
+    more = False
     for i, entry in enumerate(ordered):
         passes = min_score is None or entry.fused >= min_score
         below += not passes
-        keep = passes and (top_k is None or len(kept) < top_k)
-        if keep:
-            kept.append(i)
-        if keep:
-            entry = replace(entry, final_rank=len(kept))
+        rank = passes and (window is None or ranked < window)
+        more = more or (passes and not rank)
+        if rank:
+            ranked += 1
+            if ranked > offset:
+                kept.append(i)
+            entry = replace(entry, final_rank=ranked)
         elif entry.final_rank is not None:  # candidates arrive unranked: usually no copy
             entry = replace(entry, final_rank=None)
         entries.append(entry)
-    return Cut(entries=tuple(entries), kept=tuple(kept), below_min_score=below)
+    return Cut(entries=tuple(entries), kept=tuple(kept), below_min_score=below, more=more)
+
+
+def with_highlights(hit: EvidenceHit, terms: frozenset[str]) -> EvidenceHit:
+    """``hit`` with the byte spans of ``terms`` in its snippet (see ``text.highlight``)."""
+    spans = highlight_spans(hit.snippet, terms)
+    return replace(hit, highlights=spans) if spans else hit
 
 
 def freshness(state: IndexState, active_config: str) -> Freshness:
@@ -305,7 +326,12 @@ def assemble_response(
     built, and ``require_fresh`` before anything is returned.
     """
     check_pins(vq.pinned, readable)
-    cut = cut_to_hits([c.entry for c in ranking.candidates], top_k=vq.top_k, min_score=vq.min_score)
+    cut = cut_to_hits(
+        [c.entry for c in ranking.candidates],
+        top_k=vq.top_k,
+        min_score=vq.min_score,
+        offset=vq.offset,
+    )
     kept = [ranking.candidates[i] for i in cut.kept]
     shown = [c.doc_id for c in kept]
     extra = [t for t in vq.targets or () if t in readable and t not in set(shown)]
@@ -316,7 +342,8 @@ def assemble_response(
             "the index does not cover the latest content of every result",
             details={"documents": {d.doc_id: d.freshness.value for d in stale}},
         )
-    hits = tuple(hit_for(c) for c in kept)
+    terms = query_terms(vq.text)
+    hits = tuple(with_highlights(hit_for(c), terms) for c in kept)
     stats = SearchStats(
         scopes_applied=len(vq.scopes),
         lexical_matches=ranking.lexical_matches,
@@ -341,7 +368,13 @@ def assemble_response(
         propagation=propagation,
         pending_config_revision=pending_config,
     )
-    return SearchResponse(hits=hits, stats=stats, rank_log=log, evidence=evidence)
+    return SearchResponse(
+        hits=hits,
+        stats=stats,
+        rank_log=log,
+        evidence=evidence,
+        next_offset=vq.window if cut.more and vq.window < MAX_WINDOW else None,
+    )
 
 
 def assemble_explanation(

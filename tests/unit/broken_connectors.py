@@ -474,4 +474,98 @@ class UnexplainedVectorWeight(Broken):
         return replace(resp, rank_log=replace(resp.rank_log, params=params))
 
 
+class IgnoresOffset(Broken):
+    """Answers every page with the first one."""
+
+    catches = ("pages_slice_one_ranking",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        return super().search(replace(query, offset=0))
+
+
+class PageRankedAlone(Broken):
+    """Cuts the page right but ranks it on its own: the rank log restarts at 1."""
+
+    catches = ("pages_slice_one_ranking",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        if not query.offset:
+            return resp
+        entries = tuple(
+            replace(e, final_rank=e.final_rank - query.offset)
+            if e.final_rank is not None and e.final_rank > query.offset
+            else replace(e, final_rank=None)
+            for e in resp.rank_log.entries
+        )
+        return replace(resp, rank_log=replace(resp.rank_log, entries=entries))
+
+
+class CountsHiddenPages(Broken):
+    """Says another page exists while documents of any scope remain."""
+
+    catches = ("pages_slice_one_ranking",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        window = query.offset + query.top_k
+        if resp.next_offset is None and len(self._docs) > window:
+            return replace(resp, next_offset=window)
+        return resp
+
+
+class AcceptsAnyOffset(Broken):
+    """Takes a negative offset as 0 and pages past the window."""
+
+    catches = ("offset_is_validated",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        if isinstance(query.offset, int) and not 0 <= query.offset <= 995:
+            return super().search(replace(query, offset=0, top_k=1))
+        return super().search(query)
+
+
+class BodyOffsetHighlights(Broken):
+    """Gives highlights as offsets into the body instead of into the snippet."""
+
+    catches = ("highlights_mark_query_words",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        hits = tuple(
+            replace(
+                h, highlights=tuple((a + h.start_byte, b + h.start_byte) for a, b in h.highlights)
+            )
+            for h in resp.hits
+        )
+        return replace(resp, hits=hits)
+
+
+class HighlightsFromIndexText(Broken):
+    """Marks the query's words wherever the indexed text had them, title included: a hit
+    found through its title gets a span over the snippet's first bytes."""
+
+    catches = ("highlights_mark_query_words",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        hits = tuple(
+            replace(h, highlights=((0, min(6, len(h.snippet.encode()))),))
+            if h.score_parts.lexical_rank is not None and not h.highlights and h.snippet
+            else h
+            for h in resp.hits
+        )
+        return replace(resp, hits=hits)
+
+
+class NoHighlights(Broken):
+    """Returns no highlights at all."""
+
+    catches = ("highlights_mark_query_words",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        return replace(resp, hits=tuple(replace(h, highlights=()) for h in resp.hits))
+
+
 BROKEN: tuple[type[Broken], ...] = tuple(Broken.__subclasses__())

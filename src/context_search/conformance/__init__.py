@@ -13,9 +13,12 @@ or run the whole suite with :func:`run_conformance` (the CLI does this).
 
 from context_search.conformance import (
     cases_access,
+    cases_highlights,
     cases_input,
     cases_knowledge,
     cases_lifecycle,
+    cases_overwrites,
+    cases_pages,
     cases_query,
     cases_results,
     cases_revisions,
@@ -51,5 +54,8 @@ _GROUPS = (
     cases_query,
     cases_input,
     cases_revisions,
+    cases_overwrites,
     cases_knowledge,
+    cases_pages,
+    cases_highlights,
 )

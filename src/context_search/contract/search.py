@@ -32,11 +32,18 @@ class SearchQuery:
     Plain data; connectors validate it (see :func:`context_search.validation.validate_query`).
     ``filters`` maps a documented field to a value (equality; ``tags`` means "contains"),
     ``{"in": [...]}`` or a range ``{"gte"|"gt"|"lte"|"lt": value}``.
+
+    ``offset`` pages: the hits are ranks ``offset + 1 .. offset + top_k`` of the same
+    ranking a single query with ``top_k = offset + top_k`` would return (the rank log is
+    that query's too), so consecutive pages neither repeat nor skip a document while the
+    index is unchanged. ``offset + top_k`` is at most 1000, and the ranking never holds more
+    than the candidates of both arms (each arm's ``pool_size``), so deep pages end there.
     """
 
     query: str
     allowed_scopes: Sequence[str]
     top_k: int = 10
+    offset: int = 0
     filters: Mapping[str, Any] = field(default_factory=dict)
     include_superseded: bool = False
     min_score: float | None = None
@@ -74,7 +81,19 @@ class EvidenceHit:
 
     ``snippet`` is exactly ``body.encode()[start_byte:end_byte].decode()`` of the body whose
     content id is ``content_id`` — the version the chunk was cut from. That is the current
-    body unless the document changed after indexing (its evidence then says so).
+    body unless the document changed after indexing (its evidence then says so). The chunker
+    ends chunks between words (CJK text between characters), so a snippet starts and ends
+    on a word boundary unless a single word is longer than half a chunk or the record's own
+    chunk spans say otherwise; :func:`context_search.text.excerpt` cuts a shorter,
+    word-bounded excerpt for display.
+
+    ``highlights`` are the query's words in the snippet as ``(start, end)`` UTF-8 byte
+    offsets *relative to the snippet* (``snippet.encode()[start:end]``; add ``start_byte``
+    for body offsets), sorted, not overlapping, computed from the query text and the
+    snippet alone (see :mod:`context_search.text.highlight`) — the same on every backend
+    and whichever arm found the hit, so a hit the vector arm found in a chunk sharing no
+    word with the query has none. They never point outside the snippet, so masked text
+    cannot be marked.
     """
 
     doc_id: str
@@ -93,6 +112,7 @@ class EvidenceHit:
     start_byte: int
     end_byte: int
     content_id: str
+    highlights: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,7 +138,9 @@ class RankLog:
     (fused = w·lexical_norm + (1-w)·v·vector_similarity, lexical normalised by the pool
     maximum), where ``v`` is ``params["vector_weight"]`` (1 unless ``notes`` say otherwise).
     Final order: fused descending, then doc_id ascending; entries below ``min_score`` have
-    ``final_rank=None``. With a reranking stage (``params["rerank_top_n"]``), the entries
+    ``final_rank=None``. Ranks are absolute: a page with an ``offset`` ranks ``1 .. offset +
+    top_k`` exactly as one query for that many hits would, and its hits are the entries
+    ranked after ``offset``. With a reranking stage (``params["rerank_top_n"]``), the entries
     carrying a ``rerank_score`` (the first N passing candidates in that order) come first,
     by ``rerank_score`` descending, ties in fused order; the rest keep fused order (see
     :func:`context_search.rerank.final_order`).
@@ -187,10 +209,15 @@ class StageTimings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchResponse:
+    """``next_offset`` is the ``offset`` of the next page when the ranking holds more hits
+    after this one (within the paging window), else ``None``: it counts only candidates the
+    caller may read, so it says no more than the next page itself would."""
+
     hits: tuple[EvidenceHit, ...]
     stats: SearchStats
     rank_log: RankLog
     evidence: SearchEvidence
+    next_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

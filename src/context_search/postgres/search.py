@@ -184,7 +184,7 @@ class SearchStatements:
             "vector_weight": vector_weight,
             "vector_used": vector_weight > 0,
             "min_sim": vq.min_similarity,
-            "detail_limit": detail_limit if detail_limit is not None else vq.top_k,
+            "detail_limit": detail_limit if detail_limit is not None else vq.window,
         }
         return document_filter, bind
 
@@ -202,7 +202,7 @@ class SearchStatements:
 
         The first row always exists and carries the statement-wide counters; candidate rows
         have a ``doc_id``. ``detail_limit`` widens how many candidates carry snippets and
-        terms (``explain`` needs them all; a search needs ``top_k``). With
+        terms (``explain`` needs them all; a search needs ``offset + top_k``). With
         ``vector_weight`` 0 the vector arm is left out and ``qvec`` may be ``None``.
         """
         document_filter, bind = self._bind(vq, qvec, detail_limit, vector_weight)

@@ -371,7 +371,8 @@ class SQLiteSearchConnector:
         plan = self._plan(vq)
         with self._session() as conn, scoped(conn, vq.scopes) as reader:
             ranking = self._rank(reader, vq, plan)
-            first = ranking.candidates[: vq.top_k]  # the hits are among these (fused order)
+            # The page is among these: candidates passing min_score are a prefix (fused order).
+            first = ranking.candidates[vq.offset : vq.window]
             stored = reader.hits((c.doc_id, c.chunk_ordinal or 0) for c in first)
             wanted = [c.doc_id for c in first]
             wanted += [*(vq.targets or ()), *(d for d, _ in vq.pinned)]

@@ -15,6 +15,7 @@ from context_search.validation.filters import (
     parse_filters,
     record_matches,
 )
+from context_search.validation.overwrites import OverwritePlan, StoredState, plan_overwrites
 from context_search.validation.primitives import (
     MAX_BODY_BYTES,
     MAX_ID_CHARS,
@@ -24,6 +25,7 @@ from context_search.validation.primitives import (
     MAX_SCOPES,
     MAX_TARGETS,
     MAX_TOP_K,
+    MAX_WINDOW,
     check_text,
 )
 from context_search.validation.query import (
@@ -48,12 +50,16 @@ __all__ = [
     "MAX_SCOPE_CHARS",
     "MAX_TARGETS",
     "MAX_TOP_K",
+    "MAX_WINDOW",
     "FilterClause",
     "OnStale",
+    "OverwritePlan",
+    "StoredState",
     "ValidQuery",
     "check_text",
     "format_position",
     "parse_filters",
+    "plan_overwrites",
     "record_matches",
     "validate_consistency",
     "validate_doc_id",

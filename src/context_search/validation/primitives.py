@@ -17,6 +17,7 @@ __all__ = [
     "MAX_SCOPE_CHARS",
     "MAX_TARGETS",
     "MAX_TOP_K",
+    "MAX_WINDOW",
     "METADATA_KEY",
     "check_number",
     "check_text",
@@ -25,6 +26,9 @@ __all__ = [
 
 MAX_QUERY_BYTES = 8192
 MAX_TOP_K = 200
+#: Deepest rank a page may reach (``offset + top_k``): a page is cut from one ranking of
+#: that many hits, so the bound caps the work of the deepest page.
+MAX_WINDOW = 1000
 MAX_SCOPES = 1000
 MAX_SCOPE_CHARS = 256
 MAX_ID_CHARS = 512

@@ -20,6 +20,7 @@ from context_search.validation.primitives import (
     MAX_SCOPES,
     MAX_TARGETS,
     MAX_TOP_K,
+    MAX_WINDOW,
     check_number,
     check_text,
 )
@@ -50,6 +51,12 @@ class ValidQuery:
     min_similarity: float | None = None
     require_fresh: bool = False
     pinned: tuple[tuple[str, str], ...] = ()
+    offset: int = 0
+
+    @property
+    def window(self) -> int:
+        """How many ranks the page is cut from: connectors rank and detail this many."""
+        return self.offset + self.top_k
 
 
 def validate_scopes(scopes: object) -> frozenset[str]:
@@ -110,6 +117,7 @@ def validate_query(query: object) -> ValidQuery:
             f"top_k must be between 1 and {MAX_TOP_K}",
             details={"field": "top_k", "limit": MAX_TOP_K},
         )
+    offset = _offset(query.offset, top_k)
     if not isinstance(query.include_superseded, bool):
         raise InvalidQueryError(
             "include_superseded must be a boolean", details={"field": "include_superseded"}
@@ -130,7 +138,21 @@ def validate_query(query: object) -> ValidQuery:
         min_similarity=_similarity(query.min_similarity),
         require_fresh=query.require_fresh,
         pinned=_validate_pins(query.pinned_revisions),
+        offset=offset,
     )
+
+
+def _offset(offset: object, top_k: int) -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise InvalidQueryError("offset must be an integer", details={"field": "offset"})
+    if offset < 0:
+        raise InvalidQueryError("offset must not be negative", details={"field": "offset"})
+    if offset + top_k > MAX_WINDOW:
+        raise InvalidQueryError(
+            f"offset + top_k must be at most {MAX_WINDOW} (pages reach rank {MAX_WINDOW} at most)",
+            details={"field": "offset", "limit": MAX_WINDOW},
+        )
+    return offset
 
 
 def _similarity(value: object) -> float | None:
