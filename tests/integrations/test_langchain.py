@@ -56,13 +56,13 @@ def test_batch_goes_through_the_same_search(connector: SearchConnector) -> None:
 def test_a_call_cannot_change_the_scopes() -> None:
     store = load(InMemorySearchConnector())
     team = ContextSearchRetriever(connector=store, allowed_scopes=[TEAM])
-    # invoke's keyword arguments never reach the search; the config carries no scopes.
-    docs = team.invoke(
-        "aurora restart",
-        config={"metadata": {"allowed_scopes": [RESTRICTED]}},
-        allowed_scopes=[RESTRICTED],
-    )
+    # The config carries no scopes; a scopes keyword is refused (not dropped).
+    docs = team.invoke("aurora restart", config={"metadata": {"allowed_scopes": [RESTRICTED]}})
     assert [d.metadata["doc_id"] for d in docs] == ["runbook"]
+    with pytest.raises(InvalidQueryError):
+        team.invoke("aurora restart", allowed_scopes=[RESTRICTED])
+    # A call's k only counts what the retriever's scopes already see.
+    assert [d.metadata["doc_id"] for d in team.invoke("aurora restart", k=50)] == ["runbook"]
     with pytest.raises(ValidationError):
         team.allowed_scopes = [RESTRICTED]  # type: ignore[misc]
     filters = {"source_system": "wiki"}

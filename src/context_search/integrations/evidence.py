@@ -2,8 +2,9 @@
 
 A framework retriever is handed to a model or an agent loop that chooses the query text.
 The caller's authority (scopes) and every other search setting therefore live in a
-:class:`CallerSearch` fixed when the service builds the retriever; the only thing a call
-supplies is the text. Metadata is built here once so a LangChain ``Document`` and a
+:class:`CallerSearch` fixed when the service builds the retriever; a call supplies the text
+and at most the number of hits, which decides how many visible documents come back, never
+which ones are visible. Metadata is built here once so a LangChain ``Document`` and a
 LlamaIndex node cite a hit identically.
 """
 
@@ -53,11 +54,13 @@ class CallerSearch:
         # A read-only copy: the caller's dict mutated later does not widen a live retriever.
         object.__setattr__(self, "filters", MappingProxyType(dict(self.filters)))
 
-    def query(self, text: str) -> SearchQuery:
+    def query(self, text: str, *, top_k: int | None = None) -> SearchQuery:
+        """The search for ``text``; ``top_k`` is the one setting a call may choose (how many
+        hits), since it cannot change which documents are visible, only how many of them."""
         return SearchQuery(
             query=text,
             allowed_scopes=list(self.allowed_scopes),
-            top_k=self.top_k,
+            top_k=self.top_k if top_k is None else top_k,
             filters=dict(self.filters),
             include_superseded=self.include_superseded,
             min_score=self.min_score,
@@ -93,14 +96,15 @@ def hit_metadata(hit: EvidenceHit, freshness: str) -> dict[str, Any]:
 
 
 def search_hits(
-    connector: SearchConnector, search: CallerSearch, text: str
+    connector: SearchConnector, search: CallerSearch, text: str, *, top_k: int | None = None
 ) -> tuple[SearchResponse, list[tuple[EvidenceHit, dict[str, Any]]]]:
-    """Run one search as the caller; each hit with its metadata, in rank order.
+    """Run one search as the caller (``top_k``: this call's number of hits, else the
+    retriever's); each hit with its metadata, in rank order.
 
     Freshness comes from the response's evidence (one entry per returned document); a hit
     without one would be a connector defect and is labelled ``unknown`` rather than hidden.
     """
-    response = connector.search(search.query(text))
+    response = connector.search(search.query(text, top_k=top_k))
     fresh = {d.doc_id: d.freshness.value for d in response.evidence.documents}
     pairs: Sequence[tuple[EvidenceHit, dict[str, Any]]] = [
         (hit, hit_metadata(hit, fresh.get(hit.doc_id, "unknown"))) for hit in response.hits

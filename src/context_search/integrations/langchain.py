@@ -4,9 +4,13 @@ Install with ``pip install 'context-search[langchain]'``. The service builds one
 per caller (or per request) with that caller's scopes; the model or agent only ever supplies
 query text, so it cannot widen what it sees::
 
-    retriever = ContextSearchRetriever(connector=store, allowed_scopes=["team"], top_k=5)
+    retriever = ContextSearchRetriever(connector=store, allowed_scopes=["team"], k=5)
     docs = retriever.invoke("when does aurora restart?")
     docs[0].metadata["citation_id"]   # "runbook-1#0-37"
+    retriever.invoke("aurora", k=2)   # this call's number of documents
+
+LangChain's standard retriever suite (``langchain_tests.integration_tests.
+RetrieversIntegrationTests``) runs against it in this package's tests.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "context_search.integrations.langchain needs langchain-core; "
         "pip install 'context-search[langchain]'"
     ) from exc
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import ConfigDict, PrivateAttr, model_validator
 
 from context_search.contract import SearchConnector
+from context_search.errors import InvalidQueryError
 from context_search.integrations.evidence import CallerSearch, search_hits
 
 __all__ = ["ContextSearchRetriever"]
@@ -38,9 +43,13 @@ __all__ = ["ContextSearchRetriever"]
 class ContextSearchRetriever(BaseRetriever):
     """Ranked, cited evidence as LangChain ``Document`` objects, searched as one caller.
 
-    Every setting is a field fixed at construction (the model is frozen; ``invoke`` keyword
-    arguments are ignored), because a retriever is handed to code that takes its query text
-    from a model. Scopes are validated when the retriever is built.
+    Every setting is a field fixed at construction (the model is frozen), because a
+    retriever is handed to code that takes its query text from a model. Scopes are validated
+    when the retriever is built. ``k`` is the number of documents (LangChain's name; ``top_k``
+    is accepted as an alias). A call may pass ``k`` (``invoke(query, k=3)``): it changes how
+    many of the visible documents come back, never which are visible. Any other keyword
+    (``allowed_scopes``, ``filters``, ...) is refused with ``INVALID_QUERY`` rather than
+    ignored, so code that believes it narrowed a search per call learns that it did not.
 
     Each ``Document`` has the hit's snippet as ``page_content``, its citation id as ``id``,
     and in ``metadata``: ``citation_id``, ``doc_id``, ``title``, ``source_uri``,
@@ -58,7 +67,7 @@ class ContextSearchRetriever(BaseRetriever):
 
     connector: SearchConnector
     allowed_scopes: Sequence[str]
-    top_k: int = 10
+    k: int = 10
     filters: Mapping[str, Any] = {}
     include_superseded: bool = False
     min_score: float | None = None
@@ -67,11 +76,31 @@ class ContextSearchRetriever(BaseRetriever):
 
     _search: CallerSearch = PrivateAttr()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _top_k_alias(cls, data: Any) -> Any:
+        """``top_k`` (this retriever's earlier name, and the library's) means ``k``; both
+        with different values is ambiguous and refused."""
+        if isinstance(data, dict) and "top_k" in data:
+            data = dict(data)
+            top_k = data.pop("top_k")
+            if "k" in data and data["k"] != top_k:
+                raise InvalidQueryError(
+                    "give k or its alias top_k, not both", details={"field": "k"}
+                )
+            data["k"] = top_k
+        return data
+
+    @property
+    def top_k(self) -> int:
+        """``k``, under the library's name."""
+        return self.k
+
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
         self._search = CallerSearch(
             allowed_scopes=self.allowed_scopes,
-            top_k=self.top_k,
+            top_k=self.k,
             filters=self.filters,
             include_superseded=self.include_superseded,
             min_score=self.min_score,
@@ -80,17 +109,44 @@ class ContextSearchRetriever(BaseRetriever):
         )
 
     def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
+        **kwargs: Any,
     ) -> list[Document]:
-        _, pairs = search_hits(self.connector, self._search, query)
+        _refuse_call_settings(kwargs)
+        _, pairs = search_hits(self.connector, self._search, query, top_k=k)
         return [
             Document(id=meta["citation_id"], page_content=hit.snippet, metadata=meta)
             for hit, meta in pairs
         ]
 
     async def _aget_relevant_documents(
-        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        k: int | None = None,
+        **kwargs: Any,
     ) -> list[Document]:
         return await asyncio.to_thread(
-            self._get_relevant_documents, query, run_manager=run_manager.get_sync()
+            self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k, **kwargs
+        )
+
+
+#: Keywords LangChain's ``invoke`` itself reads and still forwards to the retriever.
+_LANGCHAIN_RUNTIME = frozenset({"verbose"})
+
+
+def _refuse_call_settings(kwargs: Mapping[str, Any]) -> None:
+    """A per-call keyword other than ``k`` would be a search setting the caller expects to
+    apply; the settings are fixed at construction, so it is refused, never dropped."""
+    refused = sorted(set(kwargs) - _LANGCHAIN_RUNTIME)
+    if refused:
+        raise InvalidQueryError(
+            f"a retrieval call takes only k; {', '.join(refused)} is fixed when the "
+            "retriever is built (build another retriever for other settings)",
+            details={"field": refused[0], "accepted": ["k"]},
         )
