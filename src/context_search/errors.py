@@ -25,6 +25,7 @@ code                       meaning
 ``EFFECT_FAILED``          a retrieval effect failed after the retrieval succeeded
 ``QUOTA_EXCEEDED``         the caller's retrieval quota is used up
 ``UNAUTHORIZED``           the caller may not perform this operation
+``NOT_INSTALLED``          an optional part the call needs is not installed (an extra)
 ``INVALID_RESULT``         a backend returned a result violating the contract
 =========================  =====================================================
 """
@@ -48,6 +49,7 @@ __all__ = [
     "InvalidRecordError",
     "InvalidResultError",
     "NotFoundError",
+    "NotInstalledError",
     "OperationCancelledError",
     "QuotaExceededError",
     "RetrievalEffectError",
@@ -69,13 +71,20 @@ class ContextSearchError(Exception):
     """
 
     code: ClassVar[str] = "CONTEXT_SEARCH_ERROR"
-    #: One line telling a person what to do about it (shown by the CLI).
-    hint: ClassVar[str] = ""
+    #: One line telling a person what to do about it (shown by the CLI and the gateway). It
+    #: may only point at what every surface shows — the code and the message — because a
+    #: terminal shows ``details`` only with ``--json``. A raiser that knows better than the
+    #: class (an admin command that takes no scopes) passes its own.
+    hint: str = ""
 
-    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, details: Mapping[str, Any] | None = None, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = dict(details or {})
+        if hint is not None:
+            self.hint = hint
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -89,7 +98,7 @@ class ContextSearchError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keep errors picklable across process pools despite keyword-only details.
-        return (_rebuild, (self.code, self.message, self.details))
+        return (_rebuild, (self.code, self.message, self.details, self.hint))
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"
@@ -99,8 +108,8 @@ class ContextSearchError(Exception):
         return {"code": self.code, "message": self.message, "details": dict(self.details)}
 
 
-def _rebuild(code: str, message: str, details: dict[str, Any]) -> ContextSearchError:
-    return error_class_for(code)(message, details=details)
+def _rebuild(code: str, message: str, details: dict[str, Any], hint: str) -> ContextSearchError:
+    return error_class_for(code)(message, details=details, hint=hint)
 
 
 def error_class_for(code: str) -> type[ContextSearchError]:
@@ -112,34 +121,45 @@ class InvalidInputError(ContextSearchError, ValueError):
     """Base of every rejection of the caller's input; nothing was read or written."""
 
     code = "INVALID_INPUT"
-    hint = "fix the field named in details and try again"
+    hint = "fix the input the message names and try again"
 
 
 class InvalidQueryError(InvalidInputError):
     code = "INVALID_QUERY"
-    hint = "check the query text, top_k, scopes and other SearchQuery fields named in details"
+    hint = "fix what the message names (the query text, top_k, the scopes or a limit) and retry"
 
 
 class InvalidFilterError(InvalidInputError):
     code = "INVALID_FILTER"
-    hint = "use a documented filter field (details.allowed) with a value of its type"
+    hint = "filter on a documented field (see the README's filters) with a value of its type"
 
 
 class InvalidRecordError(InvalidInputError):
     code = "INVALID_RECORD"
-    hint = "fix the record named in details (field, line or index) and ingest again"
+    hint = "fix the record the message names (its line, number or id) and ingest again"
 
 
 class InvalidConfigError(InvalidInputError):
     """A setting given to a connector, a worker or the CLI is malformed (not a query)."""
 
     code = "INVALID_CONFIG"
-    hint = "fix the setting named in details.field"
+    hint = "fix the setting the message names and try again"
 
 
 class NotFoundError(ContextSearchError, LookupError):
     code = "NOT_FOUND"
-    hint = "check the id and the scopes you search with; invisible documents look missing"
+    hint = "check the id and the scopes you read with: a document you may not see looks missing"
+    #: For callers that read without scopes (administration): only the id can be wrong.
+    unscoped_hint: ClassVar[str] = "check the id: no live document has it"
+
+
+class NotInstalledError(ContextSearchError, ImportError):
+    """An optional part the call needs is not installed: a pip extra (``details["extra"]``)
+    or the benchmark suites, which live in a source checkout. The message says what to
+    install; nothing was read or written."""
+
+    code = "NOT_INSTALLED"
+    hint = "install what the message names, then run the command again"
 
 
 class IndexStaleError(ContextSearchError):
@@ -187,7 +207,7 @@ class OperationCancelledError(ContextSearchError):
 
 class EmbeddingFailedError(ContextSearchError):
     code = "EMBEDDING_FAILED"
-    hint = "the embedder raised (see the chained cause); nothing of the batch was written"
+    hint = "the embedder raised (--verbose shows why); nothing of the batch was written"
 
 
 class DuplicateQueryError(ContextSearchError):
@@ -228,7 +248,8 @@ class RetrievalEffectError(ContextSearchError):
         message: str,
         *,
         details: Mapping[str, Any] | None = None,
+        hint: str | None = None,
         receipt: Any = None,
     ) -> None:
-        super().__init__(message, details=details)
+        super().__init__(message, details=details, hint=hint)
         self.receipt = receipt

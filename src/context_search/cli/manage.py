@@ -46,7 +46,7 @@ def delete(
         with open_connector(dsn, schema, embedder) as store:
             done = store.delete_or_supersede(doc_id)
         if not done:
-            raise NotFoundError("no live document with that id")
+            raise NotFoundError("no live document with that id", hint=NotFoundError.unscoped_hint)
     _changed(as_json, "deleted", doc_id)
 
 
@@ -64,7 +64,7 @@ def supersede(
         with open_connector(dsn, schema, embedder) as store:
             done = store.delete_or_supersede(doc_id, superseded_by=by)
         if not done:
-            raise NotFoundError("no live document with that id")
+            raise NotFoundError("no live document with that id", hint=NotFoundError.unscoped_hint)
     _changed(as_json, "superseded", doc_id, superseded_by=by)
 
 
@@ -82,7 +82,7 @@ def rescope(
         with open_connector(dsn, schema, embedder) as store:
             done = store.rescope(doc_id, new_scope)
         if not done:
-            raise NotFoundError("no live document with that id")
+            raise NotFoundError("no live document with that id", hint=NotFoundError.unscoped_hint)
     _changed(as_json, "rescoped", doc_id, scope=new_scope)
 
 
