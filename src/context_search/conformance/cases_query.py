@@ -9,6 +9,7 @@ checks look at lexical ranks only.
 from __future__ import annotations
 
 from context_search.conformance._registry import case, check
+from context_search.conformance.cases_results import _recompute
 from context_search.conformance.corpus import TEAM, standard_corpus
 from context_search.contract import (
     ContextDocumentRecord,
@@ -75,7 +76,14 @@ def vector_weight_is_explained(c: SearchConnector) -> None:
     """A rank log giving the vector arm less than full weight says why, in its notes and in
     explain; with no weight the arm contributes no candidates."""
     c.upsert(standard_corpus())
-    for text in ("极光服务重启", "aurora restart", "aurora 极光服务重启"):
+    # With an embedder covering Latin only: no weight, full weight, none (a quarter of the
+    # query covered) and three quarters; with one covering every script, full weight for all.
+    for text in (
+        "极光服务重启",
+        "aurora restart",
+        "aurora 极光服务重启",
+        "aurora service restart 极光",
+    ):
         query = SearchQuery(query=text, allowed_scopes=[TEAM], top_k=5)
         resp = c.search(query)
         log = resp.rank_log
@@ -85,6 +93,12 @@ def vector_weight_is_explained(c: SearchConnector) -> None:
             (weight < 1.0) == bool(log.notes),
             f"{text!r}: vector_weight {weight} with notes {log.notes!r}",
         )
+        if 0.0 < weight < 1.0:
+            fused = {e.doc_id: e.fused for e in log.entries}
+            check(
+                all(abs(fused[d] - f) <= 1e-9 for d, f in _recompute(log)),
+                f"{text!r}: fused scores do not apply vector_weight {weight}",
+            )
         if weight == 0.0:
             check(
                 log.vector_candidates == 0 and all(e.vector_rank is None for e in log.entries),
