@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from context_search.embedding_onnx import ONNX_EXTRA_HINT, TORCH_EXTRA_HINT, installed
 from context_search.errors import (
     ContextSearchError,
     EmbeddingFailedError,
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_MODEL_ID",
     "EMBEDDER_BACKENDS",
     "EMBEDDINGS_EXTRA_HINT",
+    "TORCH_EXTRA_HINT",
     "Backend",
     "Embedder",
     "GuardedEmbedder",
@@ -50,10 +52,12 @@ DEFAULT_DIMENSION = 384
 #: all-MiniLM-L6-v2 was trained on English: other Latin-script text still shares word
 #: pieces with it, text in other scripts embeds close to noise.
 DEFAULT_MODEL_SCRIPTS = frozenset({"Latin"})
-EMBEDDINGS_EXTRA_HINT = "pip install 'context-search[embeddings]'"
+#: What the default model needs (ONNX Runtime, no torch); models by path and the torch
+#: runtime need :data:`TORCH_EXTRA_HINT`'s extra.
+EMBEDDINGS_EXTRA_HINT = ONNX_EXTRA_HINT
 #: How a sentence-transformers model runs: ``auto`` is ONNX Runtime when installed (same
-#: vectors, faster, no torch import once exported), else torch; ``onnx-int8`` is a
-#: quantized model with its own model id (its vectors differ).
+#: vectors, faster, no torch import), else torch; ``onnx-int8`` is a quantized model with
+#: its own model id (its vectors differ).
 Backend = Literal["auto", "torch", "onnx", "onnx-int8"]
 EMBEDDER_BACKENDS: tuple[str, ...] = get_args(Backend)
 _log = logging.getLogger(__name__)
@@ -216,11 +220,15 @@ class SentenceTransformerEmbedder:
     configuration, so ``reconfigure=True`` re-embeds the index into it.
 
     ``backend`` picks the runtime (see :data:`Backend`). torch and fp32 ONNX share a model
-    id because their vectors agree to ~1e-7 cosine (an export that does not agree to
-    1e-5 is refused), so an index built with one is searched with the other without a
+    id because their vectors agree to ~1e-7 cosine (a graph that does not agree to 1e-5
+    is refused), so an index built with one is searched with the other without a
     re-embed; ``onnx-int8`` appends ``+onnx-int8`` to the id, so switching to it changes
-    the index configuration. ONNX exports go to ``cache_dir`` (default
+    the index configuration. ONNX graphs go to ``cache_dir`` (default
     ``user_cache_dir("context-search")/onnx``) on first use; ``device`` applies to torch.
+
+    The default model on ONNX needs only the ``embeddings`` extra: its graph is built from
+    the packaged weights without torch (:mod:`context_search.embedding_graph`). The torch
+    runtime, and a model by path (exported to ONNX with torch), need the ``torch`` extra.
     """
 
     def __init__(
@@ -287,13 +295,6 @@ class SentenceTransformerEmbedder:
 
     def _load_locked(self) -> Any:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from importlib.util import find_spec
-
-        # Checked, not imported: an exported ONNX model runs without torch.
-        if find_spec("sentence_transformers") is None:
-            raise RetrieverUnconfiguredError(
-                f"sentence-transformers is not installed; {EMBEDDINGS_EXTRA_HINT}"
-            )
         path = self._path
         if path is None:
             try:
@@ -308,14 +309,7 @@ class SentenceTransformerEmbedder:
         if self.runtime != "torch":
             model = self._load_onnx(path)
         if model is None:
-            from sentence_transformers import SentenceTransformer
-
-            try:
-                model = SentenceTransformer(path, device=self._device)
-            except (OSError, ValueError) as exc:
-                raise RetrieverUnconfiguredError(
-                    f"cannot load sentence-transformers model {self.model_id!r}: {exc}"
-                ) from exc
+            model = self._load_torch(path)
         # sentence-transformers 5 renamed the method; the old name now warns.
         dim = (
             model.dimension
@@ -335,8 +329,26 @@ class SentenceTransformerEmbedder:
         self._dimension = dim
         return model
 
+    def _load_torch(self, path: str) -> Any:
+        # Checked before importing: without the torch extra, say which extra to install.
+        if not (installed("sentence_transformers") and installed("torch")):
+            default = self._path is None and self._auto
+            raise RetrieverUnconfiguredError(
+                f"the torch runtime needs sentence-transformers and torch, which are not "
+                f"installed; {TORCH_EXTRA_HINT}"
+                + (f" (or {EMBEDDINGS_EXTRA_HINT} for ONNX Runtime)" if default else "")
+            )
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            return SentenceTransformer(path, device=self._device)
+        except (OSError, ValueError) as exc:
+            raise RetrieverUnconfiguredError(
+                f"cannot load sentence-transformers model {self.model_id!r}: {exc}"
+            ) from exc
+
     def _load_onnx(self, path: str) -> Any:
-        """The exported model, or ``None`` when ``auto`` falls back to torch."""
+        """The ONNX model, or ``None`` when ``auto`` falls back to torch."""
         from context_search.embedding_onnx import (
             OnnxSentenceEncoder,
             OnnxVariant,
@@ -351,9 +363,13 @@ class SentenceTransformerEmbedder:
                     f"cannot load sentence-transformers model {self.model_id!r}: {path} is "
                     f"not a directory (the ONNX runtime exports from local files)"
                 )
-            return OnnxSentenceEncoder.load(Path(path), variant, root)
+            # The default model is built from its weights (no torch); one by path is
+            # exported with torch and checked against it.
+            return OnnxSentenceEncoder.load(
+                Path(path), variant, root, from_weights=self._path is None
+            )
         except RetrieverUnconfiguredError as exc:
-            if not self._auto:
+            if not self._auto or not installed("torch"):
                 raise
             # auto promised the same vectors either way; torch still gives them.
             _log.warning("ONNX runtime unavailable for %s, using torch: %s", self.model_id, exc)

