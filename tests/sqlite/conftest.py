@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from context_search import SearchConnector
+from context_search import HashingEmbedder, SearchConnector
 from context_search.conformance import ConnectorFactory
 from context_search.sqlite import SQLiteSearchConnector
 
@@ -25,7 +25,9 @@ def file_factory(directory: Path) -> ConnectorFactory:
 
     @contextmanager
     def make() -> Iterator[SearchConnector]:
-        with SQLiteSearchConnector.open(str(directory / f"case-{next(counter)}.db")) as c:
+        with SQLiteSearchConnector.open(
+            str(directory / f"case-{next(counter)}.db"), embedder=HashingEmbedder()
+        ) as c:
             yield c
 
     return make

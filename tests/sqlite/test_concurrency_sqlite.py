@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from context_search import ContextDocumentRecord, SearchQuery
+from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import BackendUnavailableError
 from context_search.sqlite import DatabaseLockedError, SQLiteSearchConnector
 from context_search.sqlite.driver import load_driver
@@ -38,7 +38,7 @@ def test_readers_in_threads_see_whole_batches_while_one_writer_writes(sqlite_pat
     errors: list[BaseException] = []
     seen: list[int] = []
     done = threading.Event()
-    with SQLiteSearchConnector.open(sqlite_path) as c:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
 
         def read() -> None:
             try:
@@ -74,7 +74,9 @@ def test_a_write_lock_held_by_another_process_is_a_typed_error_and_reads_go_on(
     sqlite_path: str,
 ) -> None:
     ctx = mp.get_context("spawn")
-    with SQLiteSearchConnector.open(sqlite_path, busy_timeout_ms=50) as c:
+    with SQLiteSearchConnector.open(
+        sqlite_path, busy_timeout_ms=50, embedder=HashingEmbedder()
+    ) as c:
         c.upsert(_batch("seed", 0))
         locked, release = ctx.Event(), ctx.Event()
         holder = ctx.Process(target=_hold_write_lock, args=(sqlite_path, locked, release))
@@ -95,13 +97,13 @@ def test_a_write_lock_held_by_another_process_is_a_typed_error_and_reads_go_on(
 
 
 def _write_batches(path: str, tag: str) -> None:
-    with SQLiteSearchConnector.open(path) as c:
+    with SQLiteSearchConnector.open(path, embedder=HashingEmbedder()) as c:
         for n in range(6):
             c.upsert(_batch(tag, n))
 
 
 def test_writers_in_several_processes_take_turns(sqlite_path: str) -> None:
-    with SQLiteSearchConnector.open(sqlite_path) as c:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
         ctx = mp.get_context("spawn")
         writers = [ctx.Process(target=_write_batches, args=(sqlite_path, t)) for t in "ab"]
         for p in writers:

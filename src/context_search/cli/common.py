@@ -29,6 +29,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from context_search.cli.selection import StoreBackend, active, set_root
 from context_search.contract import SearchConnector
 from context_search.embedding import (
     Backend,
@@ -145,36 +146,33 @@ def open_store(
     read_only: bool = False,
     reconfigure_progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[PostgresSearchConnector]:
-    """The store for one command. Read commands pass ``read_only``: they never create or
-    migrate a schema (a mistyped ``--schema`` is ``SCHEMA_NOT_READY``, not a new empty
-    index) and work against a hot standby or with a role that may only read."""
-    with PostgresSearchConnector.open(
+    """The PostgreSQL store for one command. Read commands pass ``read_only``: they never
+    create or migrate a schema and work against a hot standby or with a role that may only
+    read. Only commands that create indexes create a schema: for every other one a
+    mistyped ``--schema`` is "no index named X; existing: ...". Without ``--embedder`` the
+    index's own embedder is used (``stores.py``)."""
+    from context_search.cli.stores import open_postgres
+
+    with open_postgres(
         dsn,
-        embedder=make_embedder(embedder),
-        schema=schema,
+        schema,
+        embedder,
+        make_embedder,
         reconfigure=reconfigure,
-        reconfigure_progress=reconfigure_progress,
         stage_timings=stage_timings,
         read_only=read_only,
+        reconfigure_progress=reconfigure_progress,
     ) as store:
         yield store
 
 
-class StoreBackend(enum.StrEnum):
-    POSTGRES = "postgres"
-    SQLITE = "sqlite"
-
-
-#: The store the root options (``--backend``, ``--db``) chose for this invocation.
-_SELECTED: dict[str, Any] = {"backend": StoreBackend.POSTGRES, "db": None}
-
-
-def select_backend(backend: StoreBackend, db: Path | None) -> None:
-    _SELECTED.update(backend=backend, db=db)
+def select_backend(backend: StoreBackend | None, db: Path | None) -> None:
+    """The root options' choice (before the subcommand); each command resolves its own."""
+    set_root(backend, db, backend_env=False, db_env=False)
 
 
 def sqlite_selected() -> bool:
-    return _SELECTED["backend"] is StoreBackend.SQLITE
+    return active().backend is StoreBackend.SQLITE
 
 
 @contextmanager
@@ -185,25 +183,26 @@ def open_connector(
     *,
     stage_timings: bool = False,
     read_only: bool = False,
+    reconfigure: bool = False,
 ) -> Iterator[SearchConnector]:
-    """The store for a command that needs only the connector protocol: PostgreSQL, or the
-    SQLite file of ``--backend sqlite --db PATH`` (a read command never creates one)."""
-    if _SELECTED["backend"] is not StoreBackend.SQLITE:
+    """The store of the running command, on the backend it was given: PostgreSQL, or the
+    SQLite file of ``--db PATH`` (only commands that create indexes create one)."""
+    if active().backend is not StoreBackend.SQLITE:
         with open_store(
-            dsn, schema, embedder, stage_timings=stage_timings, read_only=read_only
+            dsn,
+            schema,
+            embedder,
+            stage_timings=stage_timings,
+            read_only=read_only,
+            reconfigure=reconfigure,
         ) as store:
             yield store
         return
-    from context_search.sqlite import SQLiteSearchConnector
+    from context_search.cli.stores import open_sqlite
 
-    db: Path | None = _SELECTED["db"]
-    if db is None:
-        raise InvalidConfigError("--backend sqlite needs --db PATH", details={"field": "db"})
-    if read_only and not db.exists():
-        raise BackendUnavailableError(
-            f"no SQLite index at {db}", details={"backend": "sqlite", "field": "db"}
-        )
-    with SQLiteSearchConnector.open(str(db), embedder=make_embedder(embedder)) as connector:
+    with open_sqlite(
+        embedder, make_embedder, read_only=read_only, reconfigure=reconfigure
+    ) as connector:
         yield connector
 
 
@@ -230,6 +229,8 @@ def echo_json(value: Any) -> None:
 def cli_errors(*, as_json: bool = False, verbose: bool = False) -> Iterator[None]:
     """Typed errors print their code, message and a fix hint, then exit 3 or 4; anything
     else is a bug (exit 5). Tracebacks only with ``--verbose``."""
+    from rich.markup import escape
+
     err = Console(stderr=True)
     try:
         yield
@@ -244,9 +245,11 @@ def cli_errors(*, as_json: bool = False, verbose: bool = False) -> Iterator[None
         if as_json:
             typer.echo(json.dumps({"error": {**exc.to_dict(), "hint": exc.hint}}, default=str))
         else:
-            err.print(f"[bold red]{exc.code}[/bold red] {exc.message}", highlight=False)
+            # Messages and hints are plain text: rich would read ``[embeddings]`` in
+            # ``pip install 'context-search[embeddings]'`` as a markup tag and drop it.
+            err.print(f"[bold red]{exc.code}[/bold red] {escape(exc.message)}", highlight=False)
             if exc.hint:
-                err.print(f"[dim]hint:[/dim] {exc.hint}", highlight=False)
+                err.print(f"[dim]hint:[/dim] {escape(exc.hint)}", highlight=False)
         raise typer.Exit(code=code) from None
     except (typer.Exit, typer.Abort, KeyboardInterrupt):
         raise
@@ -254,7 +257,7 @@ def cli_errors(*, as_json: bool = False, verbose: bool = False) -> Iterator[None
         if verbose:
             err.print(traceback.format_exc(), markup=False, highlight=False)
         err.print(
-            f"[bold red]INTERNAL_ERROR[/bold red] {type(exc).__name__}: {exc}"
+            f"[bold red]INTERNAL_ERROR[/bold red] {type(exc).__name__}: {escape(str(exc))}"
             + ("" if verbose else " (run with --verbose for the traceback)"),
             highlight=False,
         )

@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from context_search.cli.common import cli_errors
+from context_search.cli.selection import active
 from context_search.conformance import (
     CASES,
     ConformanceReport,
@@ -19,6 +21,7 @@ from context_search.conformance import (
     run_conformance,
 )
 from context_search.contract import SearchConnector
+from context_search.errors import InvalidConfigError
 from context_search.memory import InMemorySearchConnector
 
 
@@ -65,11 +68,14 @@ def _sqlite() -> Iterator[SearchConnector]:
     import tempfile
     from pathlib import Path
 
+    from context_search.embedding import HashingEmbedder
     from context_search.sqlite import SQLiteSearchConnector
 
     with (
         tempfile.TemporaryDirectory(prefix="cs-conformance-") as tmp,
-        SQLiteSearchConnector.open(str(Path(tmp) / "index.db")) as connector,
+        SQLiteSearchConnector.open(
+            str(Path(tmp) / "index.db"), embedder=HashingEmbedder()
+        ) as connector,
     ):
         yield connector
 
@@ -97,8 +103,14 @@ def render(report: ConformanceReport, console: Console, *, backend: str) -> None
 
 def conformance(
     backend: Annotated[
-        Backend, typer.Option("--backend", "-b", help="Connector to test.")
-    ] = Backend.MEMORY,
+        Backend | None,
+        typer.Option(
+            "--backend",
+            "-b",
+            help="Connector to test (default: the root --backend when given, else memory).",
+            show_default=False,
+        ),
+    ] = None,
     case: Annotated[
         list[str] | None, typer.Option("--case", "-k", help="Run only these case names.")
     ] = None,
@@ -106,7 +118,24 @@ def conformance(
         str | None, typer.Option("--dsn", help="PostgreSQL URI (default: env or embedded).")
     ] = None,
 ) -> None:
-    """Run the SearchConnector conformance suite; exit 1 if any case fails."""
+    """Run the SearchConnector conformance suite on throwaway stores; exit 1 if any case
+    fails."""
+    chosen = active()
+    if backend is None:
+        backend = Backend(chosen.backend.value) if chosen.explicit else Backend.MEMORY
+    with cli_errors():
+        if chosen.db is not None:
+            raise InvalidConfigError(
+                "`conformance` runs every case on a throwaway store of its own; it never "
+                "uses the --db file (drop --db)",
+                details={"field": "db", "command": "conformance", "backend": "sqlite"},
+            )
+        if chosen.explicit and backend.value.split("-")[0] != chosen.backend.value:
+            raise InvalidConfigError(
+                f"`conformance --backend {backend.value}` contradicts the root --backend "
+                f"{chosen.backend.value}; give one",
+                details={"field": "backend", "command": "conformance"},
+            )
     cases = [c for c in CASES if not case or c.name in case]
     if not cases:
         raise typer.BadParameter(f"no such case: {', '.join(case or [])}", param_hint="--case")

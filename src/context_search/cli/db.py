@@ -1,5 +1,6 @@
-"""Schema administration: ``context-search migrate`` brings an index schema to the latest
-revision; ``context-search partition`` gives scopes partitions of their own."""
+"""Index administration: ``migrate`` brings an index to the latest revision (a PostgreSQL
+schema, or a SQLite file: created if missing, upgraded in place), ``partition`` gives scopes
+partitions of their own (PostgreSQL), ``drop`` deletes an index (only with ``--yes``)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,20 @@ from context_search.cli.common import (
     Verbose,
     cli_errors,
     echo_json,
+    sqlite_selected,
 )
-from context_search.errors import SchemaNotReadyError
+from context_search.cli.selection import active
+from context_search.cli.status import sqlite_files
+from context_search.cli.stores import probe_postgres, sqlite_is_index, sqlite_path
+from context_search.errors import InvalidConfigError
+from context_search.postgres.admin import drop_index
 from context_search.postgres.engine import (
     close_store_engine,
     create_store_engine,
     current_revision,
     migrate,
 )
+from context_search.postgres.opening import index_not_found
 from context_search.postgres.partitions import partition_index
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import validate_schema
@@ -39,7 +46,11 @@ def migrate_command(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Run the alembic migrations of the store (idempotent)."""
+    """Create or upgrade an index to this package's revision (idempotent): the alembic
+    migrations of a PostgreSQL schema, or the schema of a SQLite file."""
+    if sqlite_selected():
+        _migrate_sqlite(as_json=as_json, verbose=verbose)
+        return
     with cli_errors(as_json=as_json, verbose=verbose):
         validate_schema(schema)
         server = resolve_server(dsn)
@@ -72,10 +83,7 @@ def partition_command(
         engine = create_store_engine(server.dsn, schema=schema)
         try:
             if current_revision(engine, schema=schema) is None:
-                raise SchemaNotReadyError(
-                    f"schema {schema} does not exist; run `context-search migrate` first",
-                    details={"schema": schema},
-                )
+                raise index_not_found(schema, probe_postgres(dsn, schema).existing)
             done = partition_index(engine, scopes)
         finally:
             close_store_engine(engine)
@@ -86,3 +94,81 @@ def partition_command(
             f"{server.description}: schema {schema} partitions scopes {', '.join(done)}",
             highlight=False,
         )
+
+
+def _migrate_sqlite(*, as_json: bool, verbose: bool) -> None:
+    """A SQLite file's schema is versioned by ``user_version``; the embedder configuration
+    is set by the first writer that opens it, as on PostgreSQL."""
+    from context_search.sqlite.driver import load_driver, translate_errors
+    from context_search.sqlite.schema import migrate
+
+    with cli_errors(as_json=as_json, verbose=verbose):
+        path = sqlite_path(must_exist=False)
+        if path.exists() and path.stat().st_size and not sqlite_is_index(path):
+            raise InvalidConfigError(
+                f"{path} holds no context-search index; migrate does not take over other files",
+                details={"backend": "sqlite", "field": "db"},
+            )
+        driver = load_driver()
+        conn = driver.connect(str(path), busy_timeout_ms=5000, functions={})
+        try:
+            with translate_errors(driver):
+                before = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                after = migrate(conn)
+        finally:
+            conn.close()
+    if as_json:
+        echo_json({"db": str(path), "from": before, "to": after})
+    else:
+        Console().print(
+            f"SQLite file {path}: schema version {after} (was {before})",
+            highlight=False,
+            markup=False,
+        )
+
+
+def drop_command(
+    dsn: Dsn = None,
+    schema: Schema = DEFAULT_SCHEMA,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Confirm: everything in the index is deleted.")
+    ] = False,
+    as_json: JsonOpt = False,
+    verbose: Verbose = False,
+) -> None:
+    """Delete an index and everything in it: a PostgreSQL schema named by --schema (with its
+    reader role), or the SQLite file of --db. Refused without --yes, and refused for a
+    schema or file that holds no index."""
+    with cli_errors(as_json=as_json, verbose=verbose):
+        if sqlite_selected():
+            path = sqlite_path(must_exist=True)
+            if not sqlite_is_index(path):
+                raise InvalidConfigError(
+                    f"{path} holds no context-search index; nothing was deleted",
+                    details={"backend": "sqlite", "field": "db"},
+                )
+            what = f"SQLite file {path}"
+        else:
+            if not active().given("schema"):
+                raise InvalidConfigError(
+                    "drop needs the index named explicitly: --schema NAME",
+                    details={"field": "schema", "command": "drop"},
+                )
+            index = probe_postgres(dsn, schema)
+            if index.revision is None:
+                raise index_not_found(schema, index.existing)
+            what = f"index schema {schema} on {index.server.description}"
+        if not yes:
+            raise InvalidConfigError(
+                f"drop deletes the {what} and every document in it; pass --yes to confirm",
+                details={"field": "yes", "command": "drop"},
+            )
+        if sqlite_selected():
+            for file in sqlite_files(path):
+                file.unlink(missing_ok=True)
+        else:
+            drop_index(index.server.dsn, schema)
+    if as_json:
+        echo_json({"dropped": what})
+    else:
+        Console().print(f"dropped the {what}", highlight=False, markup=False)

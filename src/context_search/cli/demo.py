@@ -1,4 +1,5 @@
-"""``context-search demo``: the first five minutes, on the embedded server, no configuration.
+"""``context-search demo``: the first five minutes, on the embedded server (or, with
+``--backend sqlite``, in one SQLite file, no server at all), no configuration.
 
 It builds a fresh demo index from the bundled corpus (40 documents of a fictional company,
 English and Chinese, five scopes, one superseded policy, one masked field) and walks
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import replace
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -28,17 +32,25 @@ from context_search.cli.common import (
     cli_errors,
     echo_json,
     make_embedder,
+    sqlite_selected,
 )
 from context_search.cli.ingest import parse_record
 from context_search.cli.search import print_response
-from context_search.contract import ContextDocumentRecord, SearchQuery, SearchResponse
-from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
-from context_search.postgres.server import resolve_server
+from context_search.cli.selection import active
+from context_search.contract import (
+    ContextDocumentRecord,
+    SearchConnector,
+    SearchQuery,
+    SearchResponse,
+)
+from context_search.embedding import Embedder
+from context_search.errors import InvalidConfigError
 
 __all__ = ["demo", "demo_corpus"]
 
 DEMO_SCHEMA = "context_search_demo"
+#: The demo's SQLite file when ``--db`` is not given (in the working directory).
+DEMO_DB = "context-search-demo.db"
 FAILOVER = "How do I perform a database failover?"
 DEPLOY = "How do I deploy a service to production?"
 
@@ -56,6 +68,46 @@ def _ids(resp: SearchResponse) -> list[str]:
     return [h.doc_id for h in resp.hits]
 
 
+@contextmanager
+def _demo_store(
+    dsn: str | None, schema: str, embedder: Embedder
+) -> Iterator[tuple[SearchConnector, str, str]]:
+    """A fresh demo index, where it lives, and the options that address it afterwards.
+
+    PostgreSQL: the demo schema, dropped first. SQLite: the ``--db`` file (default
+    ``context-search-demo.db``), replaced only when it is an earlier demo's: the demo never
+    deletes an index of yours."""
+    if not sqlite_selected():
+        from context_search.postgres import PostgresSearchConnector
+        from context_search.postgres.admin import drop_index
+        from context_search.postgres.server import resolve_server
+
+        server = resolve_server(dsn)
+        drop_index(server.dsn, schema)
+        with PostgresSearchConnector.open(server.dsn, embedder=embedder, schema=schema) as pg:
+            yield pg, server.description, f"--schema {schema}"
+        return
+    import sqlite3
+
+    from context_search.cli.status import sqlite_files
+    from context_search.cli.stores import sqlite_meta
+    from context_search.sqlite import SQLiteSearchConnector
+
+    path = active().db or Path(DEMO_DB)
+    if path.exists() and sqlite_meta(path).get("demo") != "1":
+        raise InvalidConfigError(
+            f"{path} exists and is not a demo index; the demo rebuilds its file on every run, "
+            "so give it a new path (--db) or none",
+            details={"field": "db", "command": "demo", "backend": "sqlite"},
+        )
+    for file in sqlite_files(path):
+        file.unlink(missing_ok=True)
+    with SQLiteSearchConnector.open(str(path), embedder=embedder) as lite:
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('demo', '1')")
+        yield lite, f"SQLite file {path} (no server)", f"--db {path}"
+
+
 def demo(
     dsn: Dsn = None,
     embedder: EmbedderOpt = EmbedderChoice.MINILM,
@@ -65,7 +117,8 @@ def demo(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Build a demo index on the embedded server and walk through the contract."""
+    """Build a demo index and walk through the contract: on the embedded server, or with
+    --backend sqlite in one file (--db, default context-search-demo.db), no server."""
     console = Console(quiet=as_json)
     transcript: dict[str, Any] = {}
     started = time.perf_counter()
@@ -75,17 +128,14 @@ def demo(
         console.print(Panel.fit(title, style="bold cyan"))
 
     with cli_errors(as_json=as_json, verbose=verbose):
-        server = resolve_server(dsn)
-        console.print(f"[dim]{server.description}[/dim]", highlight=False)
-        drop_index(server.dsn, schema)
+        model = make_embedder(embedder)
         records = demo_corpus()
-        with PostgresSearchConnector.open(
-            server.dsn, embedder=make_embedder(embedder), schema=schema
-        ) as store:
+        with _demo_store(dsn, schema, model) as (store, where, address):
+            console.print(f"[dim]{where}[/dim]", highlight=False)
             report = store.upsert(records)
             console.print(
                 f"indexed {len(records)} documents ({report.chunks_written} chunks) into "
-                f"schema {schema} with {store.index_settings.embedding_model}",
+                f"{where} with {model.model_id}",
                 highlight=False,
             )
             transcript["indexed"] = {"documents": len(records), "chunks": report.chunks_written}
@@ -176,6 +226,6 @@ def demo(
     else:
         console.print(
             f"\n[green]demo finished in {transcript['seconds']} s[/green]; try "
-            f'`context-search search "数据库故障切换步骤" -s sre --schema {schema}`',
+            f'`context-search search "数据库故障切换步骤" -s sre {address}`',
             highlight=False,
         )

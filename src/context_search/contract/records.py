@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from context_search.errors import RetrieverUnconfiguredError
+
 __all__ = [
     "CHUNKER_VERSION",
     "MASKABLE_FIELDS",
     "ContextDocument",
     "ContextDocumentRecord",
     "Lifecycle",
+    "config_mismatch",
     "content_id_for",
     "index_config_revision",
 ]
@@ -67,6 +70,28 @@ def index_config_revision(
         separators=(",", ":"),
     )
     return "cfg:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def config_mismatch(
+    stored_model: str | None, stored_config: str, requested_model: str, requested_config: str
+) -> RetrieverUnconfiguredError:
+    """The one refusal of an index opened with another configuration, on every backend:
+    it names both models and the two ways to resolve it."""
+    stored = stored_model or "an embedder this version did not record"
+    same = stored_model == requested_model
+    return RetrieverUnconfiguredError(
+        f"this index was built with {stored}"
+        + (" and other chunking or text-search settings" if same else "")
+        + f"; it was opened with {requested_model}. Open it with the index's embedder, or "
+        "re-embed everything under the new one: `context-search reindex --reconfigure "
+        "--embedder ...` (reconfigure=True in Python)",
+        details={
+            "active_model": stored_model,
+            "active_config": stored_config,
+            "requested_model": requested_model,
+            "requested_config": requested_config,
+        },
+    )
 
 
 def content_id_for(body: str) -> str:

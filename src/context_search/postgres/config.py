@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, Engine, text
 
 from context_search.contract import index_config_revision
+from context_search.contract.records import config_mismatch
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres.bulk import ensure_indexes
@@ -47,7 +48,7 @@ def activate_config(
         if row is not None and row.active:
             revision = int(row.revision)
         elif active is not None and not reconfigure:
-            raise _other_config(active.embedding_model, active.config_id, config_id)
+            raise _other_config(active.embedding_model, active.config_id, embedder, config_id)
         else:
             conn.execute(text("UPDATE index_configs SET active = false WHERE active"))
             if row is not None:  # back to an earlier configuration: its entries count again
@@ -123,7 +124,7 @@ def read_active_config(
             details={"requested_config": config_id},
         )
     if active.config_id != config_id:
-        raise _other_config(active.embedding_model, active.config_id, config_id)
+        raise _other_config(active.embedding_model, active.config_id, embedder, config_id)
     return _index_settings(
         int(active.revision), config_id, embedder, chunk_bytes, chunk_overlap, ts_config
     )
@@ -159,11 +160,21 @@ def _requested_config(
         )
     ).scalar()
     if dim != embedder.dimension:
+        stored = conn.execute(
+            text("SELECT embedding_model FROM index_configs WHERE active")
+        ).scalar()
         raise RetrieverUnconfiguredError(
-            f"embedder {embedder.model_id} has dimension {embedder.dimension}, but this "
-            f"schema stores vectors of dimension {dim}; pass reconfigure=True to rebuild the "
-            "index under this embedder (built beside the current one, then switched to)",
-            details={"expected": dim, "got": embedder.dimension},
+            f"this index was built with {stored or 'another embedder'} (vectors of dimension "
+            f"{dim}); it was opened with {embedder.model_id} (dimension {embedder.dimension}). "
+            "Open it with the index's embedder, or re-embed everything under the new one: "
+            "`context-search reindex --reconfigure --embedder ...` (reconfigure=True in "
+            "Python; built beside the current index, then switched to)",
+            details={
+                "expected": dim,
+                "got": embedder.dimension,
+                "active_model": stored,
+                "requested_model": embedder.model_id,
+            },
         )
     if (
         conn.execute(
@@ -181,10 +192,7 @@ def _requested_config(
     )
 
 
-def _other_config(model: str, active: str, requested: str) -> RetrieverUnconfiguredError:
-    return RetrieverUnconfiguredError(
-        f"this index is configured for {model} with other chunking or "
-        "text-search settings; open it with the same settings, or pass "
-        "reconfigure=True to re-embed everything under these",
-        details={"active_config": active, "requested_config": requested},
-    )
+def _other_config(
+    model: str, active: str, embedder: Embedder, requested: str
+) -> RetrieverUnconfiguredError:
+    return config_mismatch(model, active, embedder.model_id, requested)

@@ -11,18 +11,20 @@ failover, and it joins the rotation once it answers.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 
 import psycopg
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from context_search.embedding import Embedder
-from context_search.errors import InvalidConfigError
+from context_search.errors import InvalidConfigError, SchemaNotReadyError
 from context_search.postgres.config import activate_config, read_active_config
 from context_search.postgres.engine import (
     ConnectionSettings,
     close_store_engine,
     create_store_engine,
+    current_revision,
     migrate,
     require_head,
     translate_errors,
@@ -33,7 +35,45 @@ from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.server import sqlalchemy_url
 from context_search.postgres.switch import switch_configuration
 
-__all__ = ["check_search_path", "open_primary", "open_replicas"]
+__all__ = [
+    "IndexNotFoundError",
+    "check_search_path",
+    "existing_indexes",
+    "index_not_found",
+    "open_primary",
+    "open_replicas",
+]
+
+
+class IndexNotFoundError(SchemaNotReadyError):
+    """The schema holds no index at all: usually a mistyped name, so the fix is the name,
+    not a migration (which would create an empty index under the typo). Same code as the
+    other not-ready cases, so callers that branch on ``SCHEMA_NOT_READY`` keep working."""
+
+    hint = "check the index name (--schema); a new index is created by ingesting into it"
+
+
+#: Schemas holding an index: every index has alembic's version table. ``pg_class`` is
+#: readable by every role, so a reader-only login sees the names too.
+_INDEXES = text(
+    "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relname = 'alembic_version' AND c.relkind = 'r' ORDER BY 1"
+)
+#: The siblings a configuration switch builds and retires (``switch.sibling_names``).
+_SIBLING = re.compile(r"__(next|old)(_[0-9a-f]+)?$")
+
+
+def existing_indexes(conn: Connection) -> list[str]:
+    """The index schemas of the database, without configuration-switch siblings."""
+    return [str(r[0]) for r in conn.execute(_INDEXES) if not _SIBLING.search(str(r[0]))]
+
+
+def index_not_found(schema: str, existing: Sequence[str]) -> IndexNotFoundError:
+    listed = ", ".join(existing) if existing else "none"
+    return IndexNotFoundError(
+        f"no index named {schema!r} in this database; existing: {listed}",
+        details={"schema": schema, "existing": list(existing), "reason": "missing"},
+    )
 
 
 def open_primary(
@@ -67,6 +107,10 @@ def open_primary(
         if not owned:
             check_search_path(engine, schema)
         if read_only:
+            if current_revision(engine, schema=schema) is None:
+                with translate_errors("list indexes"), engine.connect() as conn:
+                    existing = existing_indexes(conn)
+                raise index_not_found(schema, existing)
             require_head(engine, schema=schema)
             settings = read_active_config(
                 engine, embedder, chunk_bytes, chunk_overlap, text_search_config

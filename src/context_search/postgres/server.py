@@ -69,6 +69,7 @@ __all__ = [
     "ENV_VAR",
     "ServerHandle",
     "default_data_dir",
+    "embedded_pid",
     "embedded_settings",
     "ensure_embedded",
     "redact",
@@ -155,6 +156,12 @@ def stop_server(data_dir: Path | None = None) -> bool:
         return False
     with _data_dir_lock(data_dir):
         return _stop_postmaster(data_dir)
+
+
+def embedded_pid(data_dir: Path | None = None) -> int | None:
+    """The PID of the embedded postmaster on ``data_dir`` when one is running (nothing is
+    started: ``context-search server status`` asks without side effects)."""
+    return _live_postmaster_pid((data_dir or default_data_dir()).expanduser().resolve())
 
 
 def _stop_postmaster(data_dir: Path) -> bool:
