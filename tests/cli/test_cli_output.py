@@ -3,10 +3,14 @@ as typed errors, explain in words, progress that ends where the work ended, help
 
 from __future__ import annotations
 
+import sys
+import tomllib
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
-from context_search.cli import app
+from context_search.cli import app, bench
 from context_search.errors import _REGISTRY
 
 runner = CliRunner()
@@ -34,3 +38,41 @@ def test_admin_not_found_hint_does_not_mention_scopes(
         assert "scope" not in result.output.split("hint:")[1], result.output
     read = runner.invoke(app, ["get", "nope", "-s", "team", *opts])
     assert read.exit_code == 3 and "scopes" in read.output.split("hint:")[1]
+
+
+@pytest.mark.unit
+def test_mcp_without_its_extra_is_a_typed_error_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # None in sys.modules makes ``import mcp`` fail as if the extra were not installed.
+    for name in ("mcp", "mcp.server", "mcp.server.stdio", "mcp_types"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "context_search.mcp_server", raising=False)
+    result = runner.invoke(app, ["mcp", "-s", "eng", "--embedder", "hashing"])
+    assert result.exit_code == 3, result.output
+    assert "NOT_INSTALLED" in result.output and "Traceback" not in result.output
+    said = " ".join(result.output.split())  # rich wraps lines at the terminal's width
+    assert "pip install 'context-search[mcp]'" in said  # brackets survive rich markup
+    verbose = runner.invoke(app, ["mcp", "-s", "eng", "--embedder", "hashing", "--verbose"])
+    assert verbose.exit_code == 3 and "ModuleNotFoundError" in verbose.output  # the cause
+
+
+@pytest.mark.unit
+def test_bench_outside_a_checkout_says_a_checkout_is_needed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(bench, "_ROOT", tmp_path)  # where a wheel's files would be
+    result = runner.invoke(app, ["bench", "quality"])
+    assert result.exit_code == 3, result.output
+    said = " ".join(result.output.split())
+    assert "NOT_INSTALLED" in said and "source checkout" in said and "embedder" not in said
+
+
+@pytest.mark.unit
+def test_every_package_data_pattern_names_files_that_exist() -> None:
+    # Migrations build their alembic Config in code (postgres/engine.py): no ini file ships.
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    package = root / "src" / "context_search"
+    for pattern in config["tool"]["setuptools"]["package-data"]["context_search"]:
+        assert list(package.glob(pattern)), f"package-data {pattern!r} matches no file"
