@@ -53,6 +53,20 @@ def paused(replica_dsn: str) -> Iterator[None]:
             conn.execute("SELECT pg_wal_replay_resume()")
 
 
+def _await_replay(replica_dsn: str, token: str, timeout_s: float = 30.0) -> None:
+    """Until the replica has replayed ``token`` (a commit LSN): an event, not a sleep."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(replica_dsn, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT pg_last_wal_replay_lsn() >= CAST(%s AS pg_lsn)", (token,)
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            assert time.monotonic() < deadline, f"replica never replayed {token}"
+            time.sleep(0.02)
+
+
 @pytest.fixture
 def split(
     context_search_dsn: str, context_search_replica_dsn: str, context_search_schema: str
@@ -154,19 +168,48 @@ def test_permission_changes_are_never_served_stale_past_their_token(
 def test_read_your_writes_applies_the_connectors_own_tokens(
     context_search_dsn: str, context_search_replica_dsn: str, context_search_schema: str
 ) -> None:
-    with PostgresSearchConnector.open(
-        context_search_dsn,
-        schema=context_search_schema,
-        embedder=HashingEmbedder(),
-        read_dsns=[context_search_replica_dsn],
-        read_your_writes=True,
-    ) as store:
-        for i in range(20):
-            store.upsert([_doc(f"d{i}")])
-            hits = store.search(SearchQuery(query="aurora", allowed_scopes=["team"], top_k=50)).hits
-            assert len(hits) == i + 1
-        assert store.rescope("d0", "restricted")
-        assert store.get_document("d0", ["team"]) is None
+    """With replay paused the replica provably lacks each write: the connector's own token
+    sends the read to the primary, which has it; another connector on the same index,
+    without read-your-writes, is still answered by the stale replica."""
+    query = SearchQuery(query="aurora", allowed_scopes=["team"], top_k=50)
+    with (
+        PostgresSearchConnector.open(
+            context_search_dsn,
+            schema=context_search_schema,
+            embedder=HashingEmbedder(),
+            read_dsns=[context_search_replica_dsn],
+            read_your_writes=True,
+            replicas=ReplicaSettings(consistency_wait_s=0.1),
+        ) as store,
+        PostgresSearchConnector.open(
+            context_search_dsn,
+            schema=context_search_schema,
+            embedder=HashingEmbedder(),
+            read_dsns=[context_search_replica_dsn],
+        ) as other,
+    ):
+        token = store.upsert([_doc("d0")]).commit_token
+        assert token is not None
+        _await_replay(context_search_replica_dsn, token)
+        caught_up = store.search(query)
+        assert caught_up.evidence.served_by is not None
+        assert caught_up.evidence.served_by.role == "replica"
+        with paused(context_search_replica_dsn):
+            for i in (1, 2):
+                store.upsert([_doc(f"d{i}")])
+                resp = store.search(query)
+                assert {h.doc_id for h in resp.hits} == {f"d{j}" for j in range(i + 1)}
+                assert resp.evidence.served_by is not None
+                assert resp.evidence.served_by.role == "primary"
+            stale = other.search(query)
+            assert stale.evidence.served_by is not None
+            assert stale.evidence.served_by.role == "replica"
+            assert {h.doc_id for h in stale.hits} == {"d0"}
+            assert store.rescope("d0", "restricted")
+            assert store.get_document("d0", ["team"]) is None
+            assert other.get_document("d0", ["team"]) is not None  # the stale replica
+            exp = store.explain("d2", query)
+            assert exp.served_by is not None and exp.served_by.role == "primary"
 
 
 def test_a_reindex_that_did_work_leaves_a_token(
