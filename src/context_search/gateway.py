@@ -49,7 +49,7 @@ from context_search.lifecycle import (
     define_retrieval,
     retrieval_query_key,
 )
-from context_search.validation import MAX_QUERY_BYTES, validate_scopes
+from context_search.validation import MAX_QUERY_BYTES, MAX_WINDOW, validate_scopes
 
 __all__ = [
     "TOOL_SCHEMAS",
@@ -61,6 +61,8 @@ __all__ = [
 
 #: Largest ``top_k`` an agent may ask for: evidence beyond that costs tokens, not quality.
 MAX_AGENT_TOP_K = 20
+#: Deepest page start an agent may ask for (``offset + top_k`` stays within the window).
+MAX_AGENT_OFFSET = MAX_WINDOW - MAX_AGENT_TOP_K
 
 _FILTER_VALUE: dict[str, Any] = {
     "anyOf": [
@@ -86,6 +88,13 @@ TOOL_SCHEMAS: Mapping[str, Mapping[str, Any]] = {
         "properties": {
             "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_BYTES},
             "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_AGENT_TOP_K},
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_AGENT_OFFSET,
+                "description": "Skip this many ranks: the next page starts at the previous "
+                "answer's next_offset.",
+            },
             "filters": {
                 "type": "object",
                 "description": "source_system, source_type, object_type, owner, department, "
@@ -118,8 +127,10 @@ TOOL_SCHEMAS: Mapping[str, Mapping[str, Any]] = {
 _DESCRIPTIONS = {
     "context.search": "Search the knowledge you may read. Returns cited evidence: each hit has "
     "a citation_id, title, snippet (exact text of the document between start_byte and "
-    'end_byte), source_uri and freshness. Plain words are alternatives, "quoted phrases" '
-    "are required, -word excludes.",
+    "end_byte), highlights (UTF-8 byte spans of your query's words inside the snippet), "
+    'source_uri and freshness. Plain words are alternatives, "quoted phrases" are '
+    "required, -word excludes. When more hits exist, next_offset is the offset of the "
+    "next page.",
     "context.get_document": "Read one document you may read, by doc_id from a search hit.",
     "context.report_gap": "Record that the available evidence could not answer a question.",
 }
@@ -160,6 +171,7 @@ class ToolResult:
 class _SearchArgs:
     query: str
     top_k: int
+    offset: int
     filters: Mapping[str, Any]
     include_superseded: bool
 
@@ -200,6 +212,7 @@ def _search_key(args: _SearchArgs, _ctx: ToolContext) -> str:
         [
             retrieval_query_key(args.query),
             args.top_k,
+            args.offset,
             args.include_superseded,
             json.dumps(args.filters, sort_keys=True, default=str),
         ]
@@ -289,6 +302,7 @@ class ToolGateway:
             _SearchArgs(
                 query=args["query"],
                 top_k=int(args.get("top_k", 5)),
+                offset=int(args.get("offset", 0)),
                 filters=dict(args.get("filters", {})),
                 include_superseded=bool(args.get("include_superseded", False)),
             ),
@@ -302,6 +316,7 @@ class ToolGateway:
                 query=args.query,
                 allowed_scopes=list(ctx.allowed_scopes),
                 top_k=args.top_k,
+                offset=args.offset,
                 filters=args.filters,
                 include_superseded=args.include_superseded,
             )
@@ -359,6 +374,7 @@ def _search_payload(receipt: RetrievalReceipt[_SearchArgs, _HitSource]) -> dict[
                 "doc_id": h.doc_id,
                 "title": h.title,
                 "snippet": h.snippet,
+                "highlights": [list(span) for span in h.highlights],
                 "start_byte": h.start_byte,
                 "end_byte": h.end_byte,
                 "source_uri": h.source_uri,
@@ -370,7 +386,11 @@ def _search_payload(receipt: RetrievalReceipt[_SearchArgs, _HitSource]) -> dict[
         )
     outcome = receipt.raw_result
     assert isinstance(outcome, _SearchOutcome)
-    return {"hits": hits, "observed_at": outcome.response.evidence.observed_at.isoformat()}
+    return {
+        "hits": hits,
+        "next_offset": outcome.response.next_offset,
+        "observed_at": outcome.response.evidence.observed_at.isoformat(),
+    }
 
 
 def _error(exc: ContextSearchError) -> dict[str, Any]:

@@ -367,6 +367,12 @@ top_k = st.one_of(
     st.integers(),
     st.sampled_from([0, -1, 201, 2**31, 2**63, 10**30, 1.0, 5.5, math.nan, True, False, "5", None]),
 )
+offset = st.one_of(
+    st.just(0),
+    st.integers(min_value=0, max_value=30),
+    st.integers(),
+    st.sampled_from([-1, 800, 801, 999, 1000, 2**63, 1.0, True, "1", None]),
+)
 ratio = st.one_of(
     st.none(),
     st.none(),
@@ -415,6 +421,7 @@ hostile_queries = st.builds(
     query=query_text,
     allowed_scopes=scope_lists,
     top_k=top_k,
+    offset=offset,
     filters=filters,
     include_superseded=flag,
     min_score=ratio,
@@ -429,6 +436,7 @@ mostly_valid_queries = st.builds(
     query=st.one_of(nonblank, st.sampled_from(["aurora", "sentinel aurora", INJECTION])),
     allowed_scopes=valid_scope_lists,
     top_k=st.integers(min_value=1, max_value=200),
+    offset=st.one_of(st.just(0), st.integers(min_value=0, max_value=20)),
     filters=plain_filters,
     include_superseded=st.booleans(),
     min_score=st.one_of(st.none(), st.floats(min_value=0, max_value=0.05)),

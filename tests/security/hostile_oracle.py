@@ -42,6 +42,7 @@ from context_search.validation import (
     MAX_SCOPES,
     MAX_TARGETS,
     MAX_TOP_K,
+    MAX_WINDOW,
 )
 from tests.security.hostile_data import AGENT_HIT_FIELDS
 
@@ -175,13 +176,16 @@ def query_error(query: SearchQuery) -> str | None:
     query text, scopes, top_k, flags and min_score are checked before the filters, the
     targets, min_similarity and pins after them.
     """
-    top = query.top_k
+    top, skip = query.top_k, query.offset
     before_filters = (
         valid_text(query.query, max_bytes=MAX_QUERY_BYTES, nonblank=True)
         and valid_scopes(query.allowed_scopes)
         and isinstance(top, int)
         and not isinstance(top, bool)
         and 1 <= top <= MAX_TOP_K
+        and isinstance(skip, int)
+        and not isinstance(skip, bool)
+        and 0 <= skip <= MAX_WINDOW - top
         and isinstance(query.include_superseded, bool)
         and (query.min_score is None or finite_number(query.min_score))
         and isinstance(query.require_fresh, bool)
@@ -345,6 +349,7 @@ def tool_query(args: Mapping[str, Any], scopes: Sequence[str]) -> SearchQuery:
         query=args["query"],
         allowed_scopes=list(scopes),
         top_k=int(args.get("top_k", 5)),
+        offset=int(args.get("offset", 0)),
         filters=dict(args.get("filters", {})),
         include_superseded=bool(args.get("include_superseded", False)),
     )
@@ -400,13 +405,25 @@ def clause_count(filters: Mapping[str, Any]) -> int:
     return sum(len(v) if isinstance(v, Mapping) else 1 for v in filters.values())
 
 
+def check_highlights(snippet: str, spans: Sequence[tuple[int, int]]) -> None:
+    """Highlights are sorted, disjoint spans inside the snippet that decode on their own."""
+    raw = snippet.encode()
+    last = 0
+    for start, end in spans:
+        assert last <= start < end <= len(raw), (spans, len(raw))
+        raw[start:end].decode("utf-8")
+        last = end
+
+
 def check_response(store: Store, query: SearchQuery, resp: SearchResponse) -> None:
     """A successful search: only visible documents, inside the targets and filters, each
     snippet the cited bytes of the body, finite scores and consistent statistics."""
     assert isinstance(resp, SearchResponse)
     scopes = frozenset(query.allowed_scopes)
     assert len(resp.hits) <= query.top_k
+    assert resp.next_offset in (None, query.offset + query.top_k)
     for hit in resp.hits:
+        check_highlights(hit.snippet, hit.highlights)
         rec = store.registry[hit.doc_id]
         assert rec.permission_scope in scopes and hit.permission_scope == rec.permission_scope
         assert math.isfinite(hit.score)
@@ -475,8 +492,9 @@ def check_agent_payload(
     assert not result.is_error, result.content
     assert json.loads(result.to_json()) == json.loads(json.dumps(result.content))
     if name == "context.search":
-        assert set(result.content) == {"hits", "observed_at"}
+        assert set(result.content) == {"hits", "next_offset", "observed_at"}
         query = tool_query(args, scopes)
+        assert result.content["next_offset"] in (None, query.offset + query.top_k)
         hits = result.content["hits"]
         assert len(hits) <= query.top_k <= MAX_AGENT_TOP_K
         for hit in hits:
@@ -485,6 +503,7 @@ def check_agent_payload(
             assert hit["citation_id"] == f"context.search:1:{hit['doc_id']}"
             rec = store.registry[hit["doc_id"]]
             assert hit["snippet"] == cited_text(rec, hit["start_byte"], hit["end_byte"])
+            check_highlights(hit["snippet"], [tuple(span) for span in hit["highlights"]])
             assert literally_matches(rec, query.filters)
     elif name == "context.get_document":
         got = dict(result.content)

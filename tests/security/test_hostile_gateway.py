@@ -37,6 +37,7 @@ from tests.security.hostile_data import (
     id_pool,
     nest_dict,
     numbers,
+    offset,
     pick,
     plain_filters,
     scope_lists,
@@ -64,6 +65,7 @@ tool_args = st.one_of(
         {"query": gateway_text},
         optional={
             "top_k": top_k,
+            "offset": offset,
             "filters": tool_filters,
             "include_superseded": flag,
             "allowed_scopes": scope_lists,
@@ -98,6 +100,7 @@ fitting_args = {
         {"query": gateway_text},
         optional={
             "top_k": st.integers(1, 20),
+            "offset": st.integers(0, 25),
             "filters": st.one_of(plain_filters, json_filters),
             "include_superseded": st.booleans(),
         },
@@ -185,7 +188,7 @@ def test_valid_long_queries_are_accepted(store: Store) -> None:
         PROBES["hostile:gateway"] += 1
         result = call(store, "context.search", {"query": query}, [PUBLIC])
         assert not result.is_error, result.content
-        assert set(result.content) == {"hits", "observed_at"}
+        assert set(result.content) == {"hits", "next_offset", "observed_at"}
     PROBES["hostile:gateway"] += 1
     over = call(store, "context.search", {"query": "你" * 2731}, [PUBLIC])  # 8193 bytes
     assert_tool_error(over, "INVALID_QUERY", field="query")

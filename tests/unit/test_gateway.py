@@ -27,6 +27,7 @@ AGENT_HIT_FIELDS = {
     "doc_id",
     "title",
     "snippet",
+    "highlights",
     "start_byte",
     "end_byte",
     "source_uri",
@@ -59,7 +60,7 @@ def check_search_returns_agent_safe_fields_only(factory: Factory) -> None:
         c.upsert(standard_corpus())
         result = ToolGateway(c).call("context.search", {"query": "aurora restart"}, _ctx())
     assert not result.is_error, result.content
-    assert set(result.content) == {"hits", "observed_at"}
+    assert set(result.content) == {"hits", "next_offset", "observed_at"}
     hits = result.content["hits"]
     assert hits and all(set(h) == AGENT_HIT_FIELDS for h in hits)
     assert {h["doc_id"] for h in hits} <= {
@@ -165,8 +166,33 @@ def check_bad_arguments_are_structured_errors(factory: Factory) -> None:
             assert json.loads(result.to_json()) == result.content
 
 
+def check_pages_and_highlights(factory: Factory) -> None:
+    """Page 2 is ranks 3-4 of one search (not a duplicate query), ``next_offset`` leads
+    there, and each hit's highlights are its snippet's query words."""
+    with factory() as c:
+        c.upsert(standard_corpus())
+        gw = ToolGateway(c)
+        ctx = _ctx()
+        whole = gw.call("context.search", {"query": "aurora", "top_k": 4}, ctx).content
+        first = gw.call("context.search", {"query": "aurora", "top_k": 2}, ctx).content
+        assert first["next_offset"] == 2
+        second = gw.call(
+            "context.search", {"query": "aurora", "top_k": 2, "offset": first["next_offset"]}, ctx
+        )
+        assert not second.is_error, second.content
+        ids = [h["doc_id"] for h in (*first["hits"], *second.content["hits"])]
+        assert ids == [h["doc_id"] for h in whole["hits"]]
+        for hit in whole["hits"]:
+            raw = hit["snippet"].encode()
+            marked = [raw[a:b].decode().lower() for a, b in hit["highlights"]]
+            assert marked == ["aurora"] * hit["snippet"].lower().count("aurora")
+        too_deep = gw.call("context.search", {"query": "aurora", "offset": 981}, _ctx())
+        assert too_deep.is_error and too_deep.content["error"]["code"] == "INVALID_QUERY"
+
+
 SCENARIOS = [
     check_tools_have_closed_schemas,
+    check_pages_and_highlights,
     check_search_returns_agent_safe_fields_only,
     check_scopes_come_from_context_not_arguments,
     check_forbidden_document_answers_like_missing,

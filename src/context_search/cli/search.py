@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from context_search.cli.common import (
     DEFAULT_SCHEMA,
@@ -21,22 +22,55 @@ from context_search.cli.common import (
     echo_json,
     open_connector,
 )
-from context_search.contract import SearchQuery, SearchResponse
-from context_search.errors import NotFoundError
+from context_search.contract import EvidenceHit, SearchQuery, SearchResponse
+from context_search.errors import InvalidQueryError, NotFoundError
+from context_search.text import excerpt
+from context_search.validation.filter_args import parse_filter_args
 
 __all__ = ["explain", "get", "print_response", "search"]
 
+#: Bytes of a hit's snippet the table shows: an excerpt cut between words.
+_EXCERPT_BYTES = 160
+
+
+def _excerpt_text(hit: EvidenceHit) -> Text:
+    """A word-bounded excerpt of the snippet around its first highlight, highlights bold."""
+    raw = hit.snippet.encode()
+    start, end = excerpt(hit.snippet, hit.highlights, max_bytes=_EXCERPT_BYTES)
+    text = Text()
+    pos = start
+    for a, b in hit.highlights:
+        a, b = max(a, start), min(b, end)
+        if a >= b or a < pos:
+            continue
+        text.append(raw[pos:a].decode())
+        text.append(raw[a:b].decode(), style="bold")
+        pos = b
+    text.append(raw[pos:end].decode())
+    text.plain = text.plain.replace("\n", " ")
+    return text
+
 
 def print_response(
-    resp: SearchResponse, query: str, console: Console | None = None, *, timings: bool = False
+    resp: SearchResponse,
+    query: str,
+    console: Console | None = None,
+    *,
+    timings: bool = False,
+    offset: int = 0,
 ) -> None:
     """Hits with score parts and byte spans, then the evidence block (and, with ``timings``,
-    where the search's time went)."""
+    where the search's time went). The snippet column shows a word-bounded excerpt around
+    the first highlight, highlights in bold; ``offset`` numbers a later page's hits."""
     console = console or Console()
-    table = Table(title=f"{len(resp.hits)} hits for {query!r}")
+    count = len(resp.hits)
+    shown = f"{count} hit{'' if count == 1 else 's'}"
+    if offset:
+        shown += f" (ranks {offset + 1}-{offset + count})" if count else f" after rank {offset}"
+    table = Table(title=f"{shown} for {query!r}")
     for col in ("#", "doc_id", "title", "fused", "lex", "vec", "bytes", "snippet"):
         table.add_column(col, overflow="fold")
-    for i, h in enumerate(resp.hits, 1):
+    for i, h in enumerate(resp.hits, offset + 1):
         p = h.score_parts
         table.add_row(
             str(i),
@@ -46,7 +80,7 @@ def print_response(
             str(p.lexical_rank or "-"),
             str(p.vector_rank or "-"),
             f"{h.start_byte}-{h.end_byte}",
-            h.snippet[:80].replace("\n", " "),
+            _excerpt_text(h),
         )
     console.print(table)
     ev = resp.evidence
@@ -58,6 +92,8 @@ def print_response(
         + f"; jobs pending {prop.pending}, failed {prop.failed}",
         highlight=False,
     )
+    if resp.next_offset is not None:
+        console.print(f"more: --offset {resp.next_offset}", highlight=False)
     t = resp.stats.timings
     if timings and t is not None:
         console.print(
@@ -75,7 +111,23 @@ def search(
     dsn: Dsn = None,
     schema: Schema = DEFAULT_SCHEMA,
     embedder: EmbedderOpt = EmbedderChoice.MINILM,
-    top_k: Annotated[int, typer.Option("--top-k", "-k")] = 5,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Hits per page (1-200).")] = 5,
+    offset: Annotated[
+        int, typer.Option("--offset", help="Skip this many ranks (offset + top-k <= 1000).")
+    ] = 0,
+    page: Annotated[
+        int | None, typer.Option("--page", help="Page number from 1 (offset = (page-1) x top-k).")
+    ] = None,
+    filter_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            "-f",
+            help="KEY=VALUE or KEY:OP=VALUE (OP: in, gte, gt, lte, lt), repeatable; e.g. "
+            "owner=alice, department:in=sre,data, updated_at:gte=2026-01-10, "
+            "metadata.tier:lt=3.",
+        ),
+    ] = None,
     include_superseded: Annotated[bool, typer.Option("--include-superseded")] = False,
     require_fresh: Annotated[
         bool, typer.Option("--require-fresh", help="Fail with INDEX_STALE on stale hits.")
@@ -87,32 +139,41 @@ def search(
     verbose: Verbose = False,
 ) -> None:
     """Search as a caller holding the given scopes; prints hits, score parts and evidence
-    (with ``--verbose``, also where the search's time went)."""
-    with (
-        cli_errors(as_json=as_json, verbose=verbose),
-        open_connector(dsn, schema, embedder, stage_timings=verbose, read_only=True) as store,
-    ):
-        resp = store.search(
-            SearchQuery(
-                query=query,
-                allowed_scopes=scope,
-                top_k=top_k,
-                include_superseded=include_superseded,
-                require_fresh=require_fresh,
-                targets=target or None,
-            )
+    (with --verbose, also where the search's time went). Pages with --offset or --page;
+    narrows with --filter."""
+    with cli_errors(as_json=as_json, verbose=verbose):
+        if page is not None:
+            if offset:
+                raise InvalidQueryError(
+                    "give --offset or --page, not both", details={"field": "page"}
+                )
+            if page < 1:
+                raise InvalidQueryError("--page counts from 1", details={"field": "page"})
+            offset = (page - 1) * top_k
+        request = SearchQuery(
+            query=query,
+            allowed_scopes=scope,
+            top_k=top_k,
+            offset=offset,
+            filters=parse_filter_args(filter_ or ()),
+            include_superseded=include_superseded,
+            require_fresh=require_fresh,
+            targets=target or None,
         )
+        with open_connector(dsn, schema, embedder, stage_timings=verbose, read_only=True) as store:
+            resp = store.search(request)
     if as_json:
         echo_json(
             {
                 "hits": resp.hits,
+                "next_offset": resp.next_offset,
                 "stats": resp.stats,
                 "rank_log": resp.rank_log,
                 "evidence": resp.evidence,
             }
         )
         return
-    print_response(resp, query, timings=verbose)
+    print_response(resp, query, timings=verbose, offset=offset)
 
 
 def explain(
