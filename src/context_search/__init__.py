@@ -35,6 +35,7 @@ from context_search.contract import (
     RankLogEntry,
     RecordOutcome,
     ReindexReport,
+    ScopeChange,
     ScoreParts,
     SearchConnector,
     SearchEvidence,
@@ -67,6 +68,7 @@ from context_search.errors import (
     RetrieverUnconfiguredError,
     RevisionMismatchError,
     SchemaNotReadyError,
+    ScopeChangeRefusedError,
     UnauthorizedError,
 )
 from context_search.knowledge import (
@@ -176,6 +178,8 @@ __all__ = [
     "RetrieverUnconfiguredError",
     "RevisionMismatchError",
     "SchemaNotReadyError",
+    "ScopeChange",
+    "ScopeChangeRefusedError",
     "ScoreParts",
     "SearchCapabilityIndex",
     "SearchConnector",

@@ -26,6 +26,7 @@ code                       meaning
 ``QUOTA_EXCEEDED``         the caller's retrieval quota is used up
 ``UNAUTHORIZED``           the caller may not perform this operation
 ``NOT_INSTALLED``          an optional part the call needs is not installed (an extra)
+``SCOPE_CHANGE_REFUSED``   a write would move stored documents to another scope
 ``INVALID_RESULT``         a backend returned a result violating the contract
 =========================  =====================================================
 """
@@ -56,6 +57,7 @@ __all__ = [
     "RetrieverUnconfiguredError",
     "RevisionMismatchError",
     "SchemaNotReadyError",
+    "ScopeChangeRefusedError",
     "UnauthorizedError",
     "error_class_for",
 ]
@@ -223,6 +225,20 @@ class QuotaExceededError(ContextSearchError):
 class UnauthorizedError(ContextSearchError, PermissionError):
     code = "UNAUTHORIZED"
     hint = "the caller may not do this; check its scopes and the listed targets"
+
+
+class ScopeChangeRefusedError(ContextSearchError):
+    """A write would change who may see documents that already exist; nothing was written.
+
+    ``details["changes"]`` lists them (``doc_id``, ``old_scope``, ``new_scope``; the first
+    few, ``details["count"]`` all of them). Raised to the writer, who owns the documents.
+    """
+
+    code = "SCOPE_CHANGE_REFUSED"
+    hint = (
+        "give the records their stored scope, move documents with rescope, or allow the "
+        "move explicitly: upsert(..., allow_scope_change=True) / ingest --allow-rescope"
+    )
 
 
 class InvalidResultError(ContextSearchError):

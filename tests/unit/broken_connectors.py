@@ -161,10 +161,8 @@ class DeleteAlwaysTrue(Broken):
 class IgnoresSupersedesField(Broken):
     catches = ("batch_supersede_via_record",)
 
-    def upsert(
-        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
-    ) -> IngestReport:
-        return super().upsert([replace(r, supersedes=()) for r in records])
+    def upsert(self, records: Sequence[ContextDocumentRecord], **options: bool) -> IngestReport:
+        return super().upsert([replace(r, supersedes=()) for r in records], **options)
 
 
 class NoProvenance(Broken):
@@ -220,10 +218,8 @@ class IgnoresMasks(Broken):
         "filter_on_masked_field_does_not_match",
     )
 
-    def upsert(
-        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
-    ) -> IngestReport:
-        return super().upsert([replace(r, field_mask=(), pii_flags=()) for r in records])
+    def upsert(self, records: Sequence[ContextDocumentRecord], **options: bool) -> IngestReport:
+        return super().upsert([replace(r, field_mask=(), pii_flags=()) for r in records], **options)
 
 
 class IgnoresFilters(Broken):
@@ -279,12 +275,10 @@ class NonAtomicUpsert(Broken):
 
     catches = ("invalid_record_writes_nothing",)
 
-    def upsert(
-        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
-    ) -> IngestReport:
+    def upsert(self, records: Sequence[ContextDocumentRecord], **options: bool) -> IngestReport:
         outcomes: list[tuple[str, RecordOutcome]] = []
         for r in records:
-            outcomes.extend(super().upsert([r], defer_indexing=defer_indexing).outcomes)
+            outcomes.extend(super().upsert([r], **options).outcomes)
         return IngestReport(outcomes=tuple(outcomes), chunks_written=0, embeddings_computed=0)
 
 
@@ -308,12 +302,10 @@ class NotIdempotent(Broken):
 
     catches = ("upsert_is_idempotent",)
 
-    def upsert(
-        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
-    ) -> IngestReport:
+    def upsert(self, records: Sequence[ContextDocumentRecord], **options: bool) -> IngestReport:
         for r in records:
             self._docs.pop(r.document_id, None)
-        report = super().upsert(records, defer_indexing=defer_indexing)
+        report = super().upsert(records, **options)
         return replace(
             report, outcomes=tuple((d, RecordOutcome.UPDATED) for d, _ in report.outcomes)
         )
@@ -566,6 +558,35 @@ class NoHighlights(Broken):
     def search(self, query: SearchQuery) -> SearchResponse:
         resp = super().search(query)
         return replace(resp, hits=tuple(replace(h, highlights=()) for h in resp.hits))
+
+
+class SilentlyWidens(Broken):
+    """Moves a stored document to whatever scope a re-ingested record names, and says so
+    (the reported move is not enough: it was never allowed)."""
+
+    catches = ("rewrite_never_changes_scope_by_default",)
+
+    def upsert(self, records: Sequence[ContextDocumentRecord], **options: bool) -> IngestReport:
+        return super().upsert(records, **{**options, "allow_scope_change": True})
+
+
+class UnreportedScopeChange(Broken):
+    """Makes an allowed move but leaves it out of the report."""
+
+    catches = ("allowed_scope_change_is_reported",)
+
+    def upsert(self, records: Sequence[ContextDocumentRecord], **options: bool) -> IngestReport:
+        return replace(super().upsert(records, **options), scope_changes=())
+
+
+class RevivesDeleted(Broken):
+    """A re-ingest brings deleted documents back, as a write without tombstones does."""
+
+    catches = ("reingest_keeps_deleted_deleted",)
+
+    def upsert(self, records: Sequence[ContextDocumentRecord], **options: bool) -> IngestReport:
+        report = super().upsert(records, **{**options, "restore_deleted": True})
+        return replace(report, restored=())
 
 
 BROKEN: tuple[type[Broken], ...] = tuple(Broken.__subclasses__())

@@ -10,6 +10,7 @@ from context_search.conformance.corpus import PUBLIC, RESTRICTED, TEAM, standard
 from context_search.contract import (
     ContextDocumentRecord,
     Freshness,
+    ScopeChange,
     SearchConnector,
     SearchQuery,
     SearchResponse,
@@ -20,6 +21,7 @@ from context_search.errors import (
     IndexStaleError,
     NotFoundError,
     RevisionMismatchError,
+    ScopeChangeRefusedError,
 )
 
 
@@ -223,8 +225,25 @@ def rescope_propagates_at_once(c: SearchConnector) -> None:
         "doc-team-aurora" not in [h.doc_id for h in _search(c, "aurora", [TEAM]).hits],
         "the document came back to the old scope after reindex",
     )
-    c.upsert([_record("doc-team-aurora")])  # the original record restores the old scope
+    # Replaying the original record is a scope change like any other: refused by default,
+    # so a re-run of an old ingest cannot undo the rescope ...
+    _raises(
+        ScopeChangeRefusedError,
+        lambda: c.upsert([_record("doc-team-aurora")]),
+        "re-ingesting the original record after a rescope",
+    )
+    check(
+        c.get_document("doc-team-aurora", [TEAM]) is None
+        and c.get_document("doc-team-aurora", [PUBLIC]) is not None,
+        "a refused re-ingest moved the rescoped document back",
+    )
+    # ... and restores the old scope, reported, only when asked to.
+    report = c.upsert([_record("doc-team-aurora")], allow_scope_change=True)
+    check(
+        report.scope_changes == (ScopeChange("doc-team-aurora", PUBLIC, TEAM),),
+        f"the allowed move back is not reported: {report.scope_changes}",
+    )
     check(
         "doc-team-aurora" in [h.doc_id for h in _search(c, "aurora", [TEAM]).hits],
-        "re-ingesting the original record did not restore its scope",
+        "re-ingesting the original record with allow_scope_change did not restore its scope",
     )

@@ -33,7 +33,7 @@ from context_search.contract.records import (
     content_id_for,
     index_config_revision,
 )
-from context_search.contract.reports import IngestReport, RecordOutcome, ReindexReport
+from context_search.contract.reports import IngestReport, RecordOutcome, ReindexReport, ScopeChange
 from context_search.contract.search import (
     EvidenceHit,
     RankExplanation,
@@ -65,6 +65,7 @@ __all__ = [
     "RankLogEntry",
     "RecordOutcome",
     "ReindexReport",
+    "ScopeChange",
     "ScoreParts",
     "SearchConnector",
     "SearchEvidence",

@@ -24,9 +24,22 @@ class SearchConnector(Protocol):
     """
 
     def upsert(
-        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+        self,
+        records: Sequence[ContextDocumentRecord],
+        *,
+        defer_indexing: bool = False,
+        allow_scope_change: bool = False,
+        restore_deleted: bool = False,
     ) -> IngestReport:
         """Insert or replace records atomically (all or nothing); raises ``INVALID_RECORD``.
+
+        A write never widens who may see an existing document by default: a record whose
+        ``permission_scope`` differs from the stored document's refuses the whole call with
+        ``SCOPE_CHANGE_REFUSED`` (nothing written) unless ``allow_scope_change=True``; then
+        the move is listed in ``IngestReport.scope_changes``. A record for a deleted document
+        is ``skipped`` (deleted stays deleted) unless ``restore_deleted=True``; then it is
+        written and listed in ``IngestReport.restored``. ``rescope`` is the operation for
+        moving one document.
 
         A connector that takes a ``batch_size`` is atomic per batch instead and says so: a
         failure then leaves earlier batches committed and names how many records

@@ -17,13 +17,14 @@ from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Integer, Text
 
-from context_search.contract import RecordOutcome
+from context_search.contract import Lifecycle, RecordOutcome
 from context_search.embedding import Embedder
 from context_search.postgres.bulk import COPY_MIN_CHUNKS, copy_chunks
 from context_search.postgres.gate import enter_write
 from context_search.postgres.prepare import IndexSettings, PreparedRecord, prepare, record_hash
 from context_search.postgres.vector_sql import vector_literal
 from context_search.text import Chunk
+from context_search.validation import OverwritePlan, StoredState, plan_overwrites
 
 __all__ = [
     "DELETE_CHUNKS",
@@ -274,13 +275,17 @@ def write_batch(
     settings: IndexSettings,
     *,
     deferred: bool = False,
-) -> tuple[list[tuple[str, RecordOutcome]], int, int]:
+    allow_scope_change: bool = False,
+    restore_deleted: bool = False,
+) -> tuple[list[tuple[str, RecordOutcome]], int, int, OverwritePlan]:
     """Write one batch inside the caller's transaction: unchanged rows are skipped entirely.
 
     ``deferred``: documents change now (visibility included) and an index job is queued;
     their old index entries stay searchable, reported ``pending``, unless the new record
     masks different fields — then they are removed, since they may hold what is now masked.
-    Returns outcomes in input order, chunks written and embeddings computed.
+    What may happen to stored documents (scope changes, deleted ones) is decided by the
+    shared overwrite rule under the batch's row locks; a refusal raises before any write.
+    Returns outcomes in input order, chunks written, embeddings computed and that decision.
     """
     enter_write(conn, settings.revision)
     ids = [p.record.document_id for p in batch]
@@ -294,18 +299,28 @@ def write_batch(
         for row in conn.execute(
             text(
                 "SELECT doc_id, record_hash, content_id, indexed_content_id, "
-                "indexed_config_revision, field_mask, pii_flags, lifecycle FROM documents "
-                "WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
+                "indexed_config_revision, field_mask, pii_flags, lifecycle, permission_scope "
+                "FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
             ).bindparams(bindparam("ids", type_=ARRAY(Text))),
             {"ids": ids},
         )
     }
+    plan = plan_overwrites(
+        [p.record for p in batch],
+        {d: StoredState(r.permission_scope, Lifecycle(r.lifecycle)) for d, r in existing.items()},
+        allow_scope_change=allow_scope_change,
+        restore_deleted=restore_deleted,
+    )
     outcomes: list[tuple[str, RecordOutcome]] = []
     changed: list[PreparedRecord] = []
     for p in batch:
         old = existing.get(p.record.document_id)
+        if p.record.document_id in plan.skipped:
+            outcomes.append((p.record.document_id, RecordOutcome.SKIPPED))
+            continue
         if (
             old is not None
+            and old.lifecycle != Lifecycle.DELETED  # restoring rewrites even an equal record
             and old.record_hash == p.hash
             and old.indexed_content_id == old.content_id
             and old.indexed_config_revision == settings.revision
@@ -320,7 +335,7 @@ def write_batch(
         )
         changed.append(p)
     if not changed:
-        return outcomes, 0, 0
+        return outcomes, 0, 0, plan
     rows = json.dumps(
         [{**p.row, "record_hash": p.hash} for p in changed],
         default=_json_default,
@@ -381,7 +396,7 @@ def write_batch(
         conn.execute(LIFECYCLE_POSTINGS, {"ids": old_ids, "state": "superseded"})
         conn.execute(STATS_DELTA, {"ids": old_ids, "sign": 1})
         conn.execute(_RECORD_SUPERSEDES, {"ids": old_ids, "revision": settings.revision})
-    return outcomes, written, written
+    return outcomes, written, written, plan
 
 
 def embed_sources(

@@ -69,6 +69,8 @@ class WriteSide:
         batch_size: int = 256,
         progress: ProgressCallback | None = None,
         connection: Connection | None = None,
+        allow_scope_change: bool = False,
+        restore_deleted: bool = False,
     ) -> IngestReport:
         """Insert or replace records, one transaction per ``batch_size`` records: all or
         nothing per batch, not per call.
@@ -85,13 +87,23 @@ class WriteSide:
         transactions of a call that succeeded.
         ``defer_indexing``: store now, chunk and embed in an index job (:meth:`reindex`,
         ``context-search reindex``) — evidence reports such documents ``pending``.
+        A record that would move a stored document to another scope refuses the call
+        (``SCOPE_CHANGE_REFUSED``, checked before the first batch) unless
+        ``allow_scope_change=True``, which reports each move in ``scope_changes``; a record
+        of a deleted document is ``skipped`` unless ``restore_deleted=True``.
         A call that wrote many chunks (1,000 and a tenth of the index or more) analyzes the
         search's tables before it returns, so searches right after a load are planned for
         its size.
         """
         self._writable("upsert")
         if connection is not None:
-            return self._writes.upsert_in(connection, records, defer_indexing=defer_indexing)
+            return self._writes.upsert_in(
+                connection,
+                records,
+                defer_indexing=defer_indexing,
+                allow_scope_change=allow_scope_change,
+                restore_deleted=restore_deleted,
+            )
         with telemetry.upsert_span(
             "postgres", records, defer_indexing=defer_indexing, batch_size=batch_size
         ) as span:
@@ -100,6 +112,8 @@ class WriteSide:
                 defer_indexing=defer_indexing,
                 batch_size=batch_size,
                 progress=span.progress(progress),
+                allow_scope_change=allow_scope_change,
+                restore_deleted=restore_deleted,
             )
             refresh_statistics(self._engine, report.chunks_written)
             span.done(report)
@@ -135,8 +149,8 @@ class WriteSide:
         change in one transaction, so from its commit no reader of the old scope sees it.
 
         A ``rescope`` job records the change (``visible_at`` = the commit) and its worker
-        verifies every copy followed. The stored record hash is invalidated, so ingesting
-        the original record again restores the old scope instead of being skipped.
+        verifies every copy followed. Ingesting the original record again is then a scope
+        change: refused unless ``upsert(..., allow_scope_change=True)``.
         """
         self._writable("rescope")
         changed = self._writes.rescope(doc_id, new_scope)

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import NamedTuple
 
-import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
@@ -30,21 +29,18 @@ from context_search.contract import (
     GapReceipt,
     GapReport,
     IngestReport,
-    Lifecycle,
     RecordOutcome,
+    ScopeChange,
     gap_id_for,
 )
 from context_search.embedding import Embedder
 from context_search.errors import (
     ContextSearchError,
-    EmbeddingFailedError,
-    NotFoundError,
 )
 from context_search.postgres import bulk
 from context_search.postgres.engine import translate_errors, write_attempts
 from context_search.postgres.gate import enter_write
 from context_search.postgres.ingest import (
-    LIFECYCLE_POSTINGS,
     STATS_DELTA,
     SYNC_COPIES,
     IndexSettings,
@@ -54,6 +50,9 @@ from context_search.postgres.ingest import (
     write_batch,
 )
 from context_search.postgres.loads import FRESH, BulkLoad, incoming_chunks
+from context_search.postgres.overwrites import check_overwrites
+from context_search.postgres.precomputed import Precomputed
+from context_search.postgres.visibility import change_visibility, record_change
 from context_search.validation import (
     validate_doc_id,
     validate_gap,
@@ -63,6 +62,13 @@ from context_search.validation import (
 )
 
 __all__ = ["BulkLoad", "Writes"]
+
+
+class _Rule(NamedTuple):
+    """What a write may do to stored documents (``SearchConnector.upsert``'s flags)."""
+
+    allow_scope_change: bool
+    restore_deleted: bool
 
 
 #: Documents whose index entries are current under a configuration revision.
@@ -87,9 +93,15 @@ class Writes:
         defer_indexing: bool = False,
         batch_size: int = 256,
         progress: ProgressCallback | None = None,
+        allow_scope_change: bool = False,
+        restore_deleted: bool = False,
     ) -> IngestReport:
         """Insert or replace records, one transaction per ``batch_size`` records, in input
         order: all or nothing per batch, not per call.
+
+        A scope change of a stored document is refused (``SCOPE_CHANGE_REFUSED``) before
+        the first batch unless ``allow_scope_change``; deleted documents are skipped unless
+        ``restore_deleted`` (see ``SearchConnector.upsert``).
 
         Validation covers every record before the first write. A failure inside a batch
         rolls that batch back completely; earlier batches stay committed, and the raised
@@ -101,15 +113,23 @@ class Writes:
         ``context-search reindex``) — evidence reports such documents ``pending``.
         """
         valid = validate_records(records)
+        rule = _Rule(allow_scope_change, restore_deleted)
+        if len(valid) > batch_size:  # one batch decides under its own locks
+            check_overwrites(
+                self._engine,
+                valid,
+                allow_scope_change=allow_scope_change,
+                restore_deleted=restore_deleted,
+            )
         load = self._load
         if load is not None and not defer_indexing:
             self._decide_load(load, valid)
-            return self._upsert(valid, defer_indexing, batch_size, progress)
+            return self._upsert(valid, defer_indexing, batch_size, progress, rule)
         defer, initial = (False, False) if defer_indexing else self._large_load(valid)
         with bulk.defer_index_builds(
             self._engine, enabled=defer, dimension=self._settings.dimension, initial=initial
         ):
-            return self._upsert(valid, defer_indexing, batch_size, progress)
+            return self._upsert(valid, defer_indexing, batch_size, progress, rule)
 
     @contextmanager
     def bulk_load(self, expected_chunks: int) -> Iterator[BulkLoad]:
@@ -173,10 +193,13 @@ class Writes:
         defer_indexing: bool,
         batch_size: int,
         progress: ProgressCallback | None,
+        rule: _Rule,
     ) -> IngestReport:
         """Write batch after batch while the next one is prepared and embedded in a second
         thread (one batch ahead: memory stays bounded by two batches)."""
         outcomes: list[tuple[str, RecordOutcome]] = []
+        moves: list[ScopeChange] = []
+        restored: list[str] = []
         chunks = embeddings = batches = 0
         starts = range(0, len(valid), batch_size)
         # One batch: nothing to overlap, and no thread hand-off on a small write's path.
@@ -209,14 +232,22 @@ class Writes:
                         pending = submit(start + batch_size)
                         for attempt in write_attempts(self._engine, "upsert"):
                             with attempt as conn:
-                                out, c, e = write_batch(
-                                    conn, batch, embedder, self._settings, deferred=defer_indexing
+                                out, c, e, plan = write_batch(
+                                    conn,
+                                    batch,
+                                    embedder,
+                                    self._settings,
+                                    deferred=defer_indexing,
+                                    allow_scope_change=rule.allow_scope_change,
+                                    restore_deleted=rule.restore_deleted,
                                 )
                     except ContextSearchError as exc:
                         exc.details.update(committed=start, committed_batches=batches)
                         raise
                     batches += 1
                     outcomes.extend(out)
+                    moves.extend(plan.scope_changes)
+                    restored.extend(plan.restored)
                     chunks += c
                     embeddings += e
                     if progress is not None:
@@ -229,6 +260,8 @@ class Writes:
             chunks_written=chunks,
             embeddings_computed=embeddings,
             committed_batches=batches,
+            scope_changes=tuple(moves),
+            restored=tuple(restored),
         )
 
     def _large_load(self, records: Sequence[ContextDocumentRecord]) -> tuple[bool, bool]:
@@ -255,7 +288,7 @@ class Writes:
         texts = [
             t for p in batch if seen.get(p.record.document_id) != p.hash for t in p.index_texts
         ]
-        return _Precomputed(self._embedder, texts, self._embed_lock)
+        return Precomputed(self._embedder, texts, self._embed_lock)
 
     def delete_or_supersede(
         self, doc_id: str, superseded_by: str | None = None, *, connection: Connection | None = None
@@ -266,10 +299,10 @@ class Writes:
         revision = self._settings.revision
         if connection is not None:
             with translate_errors("delete_or_supersede"):
-                return _change_visibility(connection, doc_id, superseded_by, revision)
+                return change_visibility(connection, doc_id, superseded_by, revision)
         for attempt in write_attempts(self._engine, "delete_or_supersede"):
             with attempt as conn:
-                return _change_visibility(conn, doc_id, superseded_by, revision)
+                return change_visibility(conn, doc_id, superseded_by, revision)
         raise AssertionError("write_attempts returns or raises")  # pragma: no cover
 
     def upsert_in(
@@ -278,6 +311,8 @@ class Writes:
         records: Sequence[ContextDocumentRecord],
         *,
         defer_indexing: bool = False,
+        allow_scope_change: bool = False,
+        restore_deleted: bool = False,
     ) -> IngestReport:
         """Every record in the caller's open transaction on ``conn``, as one batch: the
         caller's commit makes them visible with its own rows, its rollback undoes both.
@@ -285,14 +320,22 @@ class Writes:
         valid = validate_records(records)
         batch, embedder = self._stage(valid, 0, defer_indexing)
         with translate_errors("upsert"):
-            out, chunks, embeddings = write_batch(
-                conn, batch, embedder, self._settings, deferred=defer_indexing
+            out, chunks, embeddings, plan = write_batch(
+                conn,
+                batch,
+                embedder,
+                self._settings,
+                deferred=defer_indexing,
+                allow_scope_change=allow_scope_change,
+                restore_deleted=restore_deleted,
             )
         return IngestReport(
             outcomes=tuple(out),
             chunks_written=chunks,
             embeddings_computed=embeddings,
             committed_batches=0,
+            scope_changes=plan.scope_changes,
+            restored=plan.restored,
         )
 
     def rescope(self, doc_id: str, new_scope: str) -> bool:
@@ -301,7 +344,7 @@ class Writes:
 
         A ``rescope`` job records the change (``visible_at`` = the commit) and its worker
         verifies every copy followed. The stored record hash is invalidated, so ingesting
-        the original record again restores the old scope instead of being skipped.
+        the original record again (allowed to change scopes) is rewritten, not skipped.
         """
         validate_doc_id(doc_id)
         scope = validate_scope(new_scope)
@@ -338,7 +381,7 @@ class Writes:
                     ),
                     {"scope": scope, "id": doc_id},
                 )
-                _record_change(
+                record_change(
                     conn,
                     "rescope",
                     doc_id,
@@ -378,121 +421,3 @@ class Writes:
             received_at=row.received_at,
             occurrences=int(row.occurrences),
         )
-
-
-class _Precomputed:
-    """An embedder that answers from vectors computed up front and asks the model only for
-    texts it has not seen."""
-
-    def __init__(self, inner: Embedder, texts: Sequence[str], lock: threading.Lock) -> None:
-        self._inner = inner
-        self._lock = lock
-        self._known: dict[str, Any] = {}
-        self._learn(list(dict.fromkeys(texts)))
-
-    def _learn(self, texts: list[str]) -> None:
-        if texts:
-            with self._lock:
-                vectors = self._inner.embed_documents(texts)
-            self._remember(texts, vectors)
-
-    def _remember(self, texts: list[str], vectors: Any) -> None:
-        if getattr(vectors, "shape", None) != (len(texts), self._inner.dimension):
-            raise EmbeddingFailedError(
-                f"embedder {self._inner.model_id} returned shape "
-                f"{getattr(vectors, 'shape', None)}, expected ({len(texts)}, "
-                f"{self._inner.dimension})",
-                details={"model_id": self._inner.model_id, "error": "shape"},
-            )
-        self._known.update(zip(texts, vectors, strict=True))
-
-    @property
-    def model_id(self) -> str:
-        return self._inner.model_id
-
-    @property
-    def dimension(self) -> int:
-        return self._inner.dimension
-
-    def embed_documents(self, texts: Sequence[str]) -> Any:
-        self._learn(list(dict.fromkeys(t for t in texts if t not in self._known)))
-        if not texts:
-            return self._inner.embed_documents([])
-        return np.stack([self._known[t] for t in texts])
-
-    def embed_query(self, text: str) -> Any:
-        return self._inner.embed_query(text)
-
-
-def _change_visibility(
-    conn: Connection, doc_id: str, superseded_by: str | None, revision: int
-) -> bool:
-    """Delete or supersede ``doc_id`` in ``conn``'s transaction; ``False`` when it is
-    already gone."""
-    enter_write(conn, None)
-    # Both documents at once, in doc_id order like every writer (no deadlock
-    # between two supersedes pointing at each other's documents).
-    locked = {
-        str(r.doc_id): str(r.lifecycle)
-        for r in conn.execute(
-            text(
-                "SELECT doc_id, lifecycle FROM documents WHERE doc_id = ANY(:ids) "
-                "ORDER BY doc_id FOR UPDATE"
-            ).bindparams(bindparam("ids", type_=ARRAY(Text))),
-            {"ids": sorted({doc_id, superseded_by or doc_id})},
-        )
-    }
-    state = locked.get(doc_id)
-    if state is None or state == Lifecycle.DELETED:
-        return False
-    if superseded_by is not None:
-        successor = locked.get(superseded_by)
-        if successor is None or successor == Lifecycle.DELETED:
-            raise NotFoundError("successor document not found", details={"field": "superseded_by"})
-        new_state, kind = Lifecycle.SUPERSEDED.value, "supersede"
-    else:
-        new_state, kind = Lifecycle.DELETED.value, "purge"
-    conn.execute(
-        text(
-            "UPDATE documents SET lifecycle = :state, superseded_by = :succ, "
-            "row_version = row_version + 1, modified_at = now() WHERE doc_id = :id"
-        ),
-        {"state": new_state, "succ": superseded_by, "id": doc_id},
-    )
-    conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
-    conn.execute(
-        text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
-        {"state": new_state, "id": doc_id},
-    )
-    conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
-    conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
-    _record_change(conn, kind, doc_id, revision)
-    return True
-
-
-def _record_change(
-    conn: Connection,
-    kind: str,
-    doc_id: str,
-    revision: int,
-    *,
-    scopes: Sequence[str] | None = None,
-    payload: Mapping[str, Any] | None = None,
-) -> None:
-    """Queue the job that finishes (or verifies) a visibility change made in this
-    transaction; the change itself is visible at commit, hence ``visible_at = now()``."""
-    conn.execute(
-        text(
-            "INSERT INTO index_jobs (kind, doc_id, config_revision, scopes, payload, visible_at) "
-            "SELECT :kind, d.doc_id, :rev, COALESCE(CAST(:scopes AS text[]), "
-            "ARRAY[d.permission_scope]), CAST(:payload AS jsonb), now() "
-            "FROM documents d WHERE d.doc_id = :id"
-        ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
-        {
-            "kind": kind,
-            "id": doc_id,
-            "rev": revision,
-            "scopes": list(scopes) if scopes is not None else None,
-            "payload": json.dumps(dict(payload or {})),
-        },
-    )

@@ -217,22 +217,34 @@ class SQLiteSearchConnector:
     # -- write side -----------------------------------------------------------------------
 
     def upsert(
-        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+        self,
+        records: Sequence[ContextDocumentRecord],
+        *,
+        defer_indexing: bool = False,
+        allow_scope_change: bool = False,
+        restore_deleted: bool = False,
     ) -> IngestReport:
         valid = validate_records(records)
         texts = [record_to_json(r) for r in valid]
         ids = [r.document_id for r in valid]
+        rule = {"allow_scope_change": allow_scope_change, "restore_deleted": restore_deleted}
         with self._session() as conn:
             with scoped(conn, frozenset()):
                 before = writes.existing(conn, ids)
-            planned = self._entries(valid, texts, before, defer=defer_indexing)
+            # Refused before anything is embedded; decided again under the write lock.
+            skip = writes.overwrites(valid, before, **rule).skipped
+            planned = self._entries(valid, texts, before, defer=defer_indexing, skip=skip)
             with writes.writing(conn):
                 now = self._clock().isoformat()
                 current = writes.existing(conn, ids)
+                plan = writes.overwrites(valid, current, **rule)
                 outcomes: list[tuple[str, RecordOutcome]] = []
                 chunks = embedded = 0
                 for rec, text in zip(valid, texts, strict=True):
                     old = current.get(rec.document_id)
+                    if rec.document_id in plan.skipped:
+                        outcomes.append((rec.document_id, RecordOutcome.SKIPPED))
+                        continue
                     result = writes.outcome(rec, text, old, defer=defer_indexing)
                     outcomes.append((rec.document_id, result))
                     if result is RecordOutcome.UNCHANGED:
@@ -247,11 +259,15 @@ class SQLiteSearchConnector:
                         conn, rec, text, old, entries=entries, config=self._config, now=now
                     )
                     current[rec.document_id] = writes.Existing(
-                        text, rec.lifecycle, rec.masked_fields, defer_indexing
+                        text, rec.lifecycle, rec.masked_fields, defer_indexing, rec.permission_scope
                     )
-                writes.supersede_listed(conn, valid)
+                writes.supersede_listed(conn, valid, plan.skipped)
         return IngestReport(
-            outcomes=tuple(outcomes), chunks_written=chunks, embeddings_computed=embedded
+            outcomes=tuple(outcomes),
+            chunks_written=chunks,
+            embeddings_computed=embedded,
+            scope_changes=plan.scope_changes,
+            restored=plan.restored,
         )
 
     def _entries(
@@ -261,6 +277,7 @@ class SQLiteSearchConnector:
         before: dict[str, writes.Existing],
         *,
         defer: bool,
+        skip: frozenset[str] = frozenset(),
     ) -> dict[str, writes.IndexEntries]:
         """Chunks and vectors for the records that will be written, embedded in one call
         before any lock is taken (an embedder failure writes nothing)."""
@@ -269,7 +286,10 @@ class SQLiteSearchConnector:
         todo = []
         for i, (rec, text) in enumerate(zip(valid, texts, strict=True)):
             old = before.get(rec.document_id)
-            if writes.outcome(rec, text, old, defer=False) is not RecordOutcome.UNCHANGED:
+            if (
+                rec.document_id not in skip
+                and writes.outcome(rec, text, old, defer=False) is not RecordOutcome.UNCHANGED
+            ):
                 parts = searchable_chunks(
                     rec, i, chunk_bytes=self._chunk_bytes, chunk_overlap=self._chunk_overlap
                 )

@@ -19,12 +19,14 @@ from context_search.errors import NotFoundError
 from context_search.sqlite.codec import encode_tokens, record_from_json, record_to_json, vector_blob
 from context_search.text import Chunk, tokenize
 from context_search.text.indexing import SearchableChunks
+from context_search.validation import OverwritePlan, StoredState, plan_overwrites
 
 __all__ = [
     "Existing",
     "IndexEntries",
     "delete_or_supersede",
     "existing",
+    "overwrites",
     "record_gap",
     "rescope",
     "write_entries",
@@ -52,19 +54,38 @@ class Existing:
     lifecycle: Lifecycle
     indexed_masks: frozenset[str]
     pending: bool
+    scope: str
 
 
 def existing(conn: Any, doc_ids: Sequence[str]) -> dict[str, Existing]:
     rows = conn.execute(
         """SELECT d.doc_id, d.record, d.lifecycle, d.indexed_masks,
                   EXISTS (SELECT 1 FROM index_jobs j
-                          WHERE j.doc_id = d.doc_id AND j.status IN ('pending', 'running'))
+                          WHERE j.doc_id = d.doc_id AND j.status IN ('pending', 'running')),
+                  d.scope
            FROM documents d WHERE d.doc_id IN (SELECT value FROM json_each(?))""",
         (json.dumps(list(doc_ids)),),
     ).fetchall()
     return {
-        r[0]: Existing(r[1], Lifecycle(r[2]), frozenset(json.loads(r[3])), bool(r[4])) for r in rows
+        r[0]: Existing(r[1], Lifecycle(r[2]), frozenset(json.loads(r[3])), bool(r[4]), r[5])
+        for r in rows
     }
+
+
+def overwrites(
+    records: Sequence[ContextDocumentRecord],
+    stored: dict[str, Existing],
+    *,
+    allow_scope_change: bool,
+    restore_deleted: bool,
+) -> OverwritePlan:
+    """The shared overwrite rule over what the store holds (see ``plan_overwrites``)."""
+    return plan_overwrites(
+        records,
+        {doc_id: StoredState(e.scope, e.lifecycle) for doc_id, e in stored.items()},
+        allow_scope_change=allow_scope_change,
+        restore_deleted=restore_deleted,
+    )
 
 
 def outcome(
@@ -174,8 +195,12 @@ def queue_job(conn: Any, doc_id: str, now: str) -> None:
     )
 
 
-def supersede_listed(conn: Any, records: Sequence[ContextDocumentRecord]) -> None:
+def supersede_listed(
+    conn: Any, records: Sequence[ContextDocumentRecord], skipped: frozenset[str]
+) -> None:
     for rec in records:
+        if rec.document_id in skipped:
+            continue
         for old_id in rec.supersedes:
             conn.execute(
                 """UPDATE documents SET lifecycle = 'superseded', superseded_by = ?

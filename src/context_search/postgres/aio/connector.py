@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
@@ -66,15 +66,23 @@ from context_search.postgres.engine import ConnectionSettings
 from context_search.postgres.ingest import IndexSettings, ProgressCallback
 from context_search.postgres.jobs import JobProgress
 from context_search.postgres.opening import replica_targets
+from context_search.postgres.overwrites import check_overwrites
 from context_search.postgres.routing import ReplicaSettings
 from context_search.postgres.server import resolve_server
 from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
 from context_search.postgres.statistics import refresh_statistics
-from context_search.validation import OnStale
+from context_search.validation import OnStale, validate_records
 
 __all__ = ["AsyncPostgresSearchConnector"]
 
 T = TypeVar("T")
+
+
+class _Rule(TypedDict):
+    """What a write may do to stored documents (``upsert``'s flags, passed on as they are)."""
+
+    allow_scope_change: bool
+    restore_deleted: bool
 
 
 class AsyncPostgresSearchConnector:
@@ -296,22 +304,29 @@ class AsyncPostgresSearchConnector:
         batch_size: int = 256,
         progress: ProgressCallback | None = None,
         connection: AsyncConnection | None = None,
+        allow_scope_change: bool = False,
+        restore_deleted: bool = False,
     ) -> IngestReport:
         """Insert or replace records (``PostgresSearchConnector.upsert``): one transaction
-        per ``batch_size`` records, batches written in input order.
+        per ``batch_size`` records, batches written in input order; a scope change of a
+        stored document is refused before the first unless ``allow_scope_change``, and
+        deleted documents are skipped unless ``restore_deleted``.
 
         ``connection``: every record in the caller's open transaction on it instead (an
         ``AsyncConnection`` of :func:`create_async_store_engine`'s engine), committed or
         rolled back by the caller together with its own rows; no ``commit_token``.
         """
+        rule = _Rule(allow_scope_change=allow_scope_change, restore_deleted=restore_deleted)
         async with self._write_turn:
             if connection is not None:
                 return await connection.run_sync(
                     lambda conn: self._core.upsert(
-                        records, defer_indexing=defer_indexing, connection=conn
+                        records, defer_indexing=defer_indexing, connection=conn, **rule
                     )
                 )
-            return await self._run(self._upsert, records, defer_indexing, batch_size, progress)
+            return await self._run(
+                self._upsert, records, defer_indexing, batch_size, progress, rule
+            )
 
     def _upsert(
         self,
@@ -319,14 +334,21 @@ class AsyncPostgresSearchConnector:
         defer_indexing: bool,
         batch_size: int,
         progress: ProgressCallback | None,
+        rule: _Rule,
     ) -> IngestReport:
         """The sync ``upsert`` one batch per call (its second preparing thread cannot reach
-        the loop), the batches reported as one call."""
+        the loop), the batches reported as one call: a refused scope change is refused for
+        all of them before the first is written, as in one sync call."""
         core = self._core
         if len(records) <= batch_size or batch_size < 1:
             return core.upsert(
-                records, defer_indexing=defer_indexing, batch_size=batch_size, progress=progress
+                records,
+                defer_indexing=defer_indexing,
+                batch_size=batch_size,
+                progress=progress,
+                **rule,
             )
+        check_overwrites(core.engine, validate_records(records), **rule)
         expected = sum(core.index_settings.estimate_chunks(r) for r in records)
         reports: list[IngestReport] = []
         with core.bulk_load(expected):
@@ -337,6 +359,7 @@ class AsyncPostgresSearchConnector:
                             records[start : start + batch_size],
                             defer_indexing=defer_indexing,
                             batch_size=batch_size,
+                            **rule,
                         )
                     )
                 except ContextSearchError as exc:
@@ -350,6 +373,8 @@ class AsyncPostgresSearchConnector:
             chunks_written=sum(r.chunks_written for r in reports),
             embeddings_computed=sum(r.embeddings_computed for r in reports),
             committed_batches=len(reports),
+            scope_changes=tuple(m for r in reports for m in r.scope_changes),
+            restored=tuple(d for r in reports for d in r.restored),
         )
         # A batch's own refresh counts only that batch's chunks (under 1,000, none); the call
         # as a whole is what the sync connector's one call refreshes for.
