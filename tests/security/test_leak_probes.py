@@ -424,7 +424,7 @@ SECRET_ONLY_FILTERS: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
     ({"metadata.clearance": 7}, {"metadata.clearance": 700}),
     ({"metadata.clearance": {"gte": 7}}, {"metadata.clearance": {"gte": 700}}),
     ({"metadata.clearance": {"in": [7, 8]}}, {"metadata.clearance": {"in": [700, 800]}}),
-    # jsonb holds 10**400 here: casting it to double fails, which must never surface
+    # the secret holds 2**53, the largest magnitude ingestion accepts: at the edge, no leak
     ({"metadata.huge": {"gte": 0}}, {"metadata.huge": {"lte": -1}}),
     ({"metadata.huge": {"gt": 1e300}}, {"metadata.huge": {"lt": -1e300}}),
     ({"updated_at": {"gte": datetime(2026, 5, 1, tzinfo=UTC)}},
@@ -1005,31 +1005,39 @@ def test_regression_superseded_by_names_an_invisible_successor(
         assert_no_markers(plain(doc))
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        "memory",  # the reference connector answers the search: nothing to leak
-        "postgres",
-        "sqlite",
-    ],
-)
+@pytest.mark.parametrize("backend", ["memory", "postgres", "sqlite"])
 def test_regression_gateway_error_quotes_stored_metadata(
     request: pytest.FixtureRequest, backend: str
 ) -> None:
+    """A number no double holds is refused at ingestion on every backend, nothing written;
+    on PostgreSQL one planted past validation (an older writer, a manual fix) makes the
+    filter's cast fail, and the gateway's error still does not quote the stored value."""
     with fresh(request, backend) as c:
         value = 10**400 + 4242
         rec = ContextDocumentRecord(
             document_id="pub-huge", body="huge number", permission_scope=PUBLIC,
             metadata={"n": value},
         )  # fmt: skip
-        try:
+        with pytest.raises(ContextSearchError) as refused:
             c.upsert([rec])
-        except ContextSearchError:
-            return  # refusing such a value at ingestion closes the leak too
+        assert refused.value.code == "INVALID_RECORD"
+        assert c.get_document("pub-huge", [PUBLIC]) is None
+        if backend != "postgres":
+            return
+        c.upsert([dataclasses.replace(rec, metadata={"n": 1})])
+        with psycopg.connect(request.getfixturevalue("context_search_dsn")) as conn:
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {}.documents SET metadata = jsonb_set(metadata, '{{n}}', "
+                    "CAST(%s AS jsonb)) WHERE doc_id = 'pub-huge'"
+                ).format(sql.Identifier(c.schema)),
+                (str(value),),
+            )
         PROBES["leak:gateway-error"] += 1
         result = ToolGateway(c).call(
             "context.search",
             {"query": "huge", "filters": {"metadata.n": {"gte": 0}}},
             ToolContext(allowed_scopes=[PUBLIC]),
         )
+        assert result.is_error and result.content["error"]["code"] == "BACKEND_ERROR"
         assert str(value)[-30:] not in result.to_json()
