@@ -454,9 +454,13 @@ def driver_of(sa_conn: Any) -> Any:
     DDL, PREPARE, the search statement). The connector's own asyncio engines already hand
     out that view; a service's own asyncio engine hands out psycopg's ``AsyncConnection``,
     which gets the same view here (the code runs inside SQLAlchemy's greenlet bridge
-    either way)."""
+    either way). A caller's psycopg connection lent for one call is handed out itself."""
+    from context_search.postgres.caller import LentConnection  # no cycle
+
     raw = sa_conn.connection.driver_connection
     assert raw is not None  # an open connection always has its driver connection
+    if isinstance(raw, LentConnection):
+        return raw.driver
     if isinstance(raw, psycopg.AsyncConnection):
         from context_search.postgres.aio.driver import SyncDriverConnection  # no cycle
 

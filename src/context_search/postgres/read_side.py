@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Engine, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
@@ -34,6 +34,7 @@ from context_search.errors import (
     RetrieverUnconfiguredError,
 )
 from context_search.fusion import ArmPlan, FusionSettings, plan_arms
+from context_search.postgres.caller import CallerConnection, joined
 from context_search.postgres.cancel import Cancellation
 from context_search.postgres.prepare import IndexSettings
 from context_search.postgres.query_vectors import QueryVectors
@@ -65,6 +66,8 @@ _EXPLAIN_DETAIL = 1_000_000
 class ReadSide:
     """Read methods mixed into the connector, over the attributes it sets."""
 
+    _engine: Engine
+    _schema: str
     _embedder: GuardedEmbedder
     _fusion: FusionSettings
     _sessions: RoutedReadSessions
@@ -85,7 +88,7 @@ class ReadSide:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
-        connection: Connection | None = None,
+        connection: CallerConnection | None = None,
     ) -> ContextDocument | None:
         """The document as ``allowed_scopes`` may see it (``None``: absent or not readable).
 
@@ -130,7 +133,7 @@ class ReadSide:
         call: Callable[[], T],
         consistent_with: object,
         on_stale: object,
-        connection: Connection | None = None,
+        connection: CallerConnection | None = None,
     ) -> tuple[T, ServedBy | None]:
         """Run a read ``call`` where routing puts it, consistent with the caller's token
         (and, with ``read_your_writes``, with this connector's latest write); on the
@@ -144,7 +147,8 @@ class ReadSide:
                     "the caller's connection",
                     details={"field": "consistent_with"},
                 )
-            return self._sessions.run_on_connection(connection, call), None
+            with joined(self._engine, connection, schema=self._schema, action=action) as conn:
+                return self._sessions.run_on_connection(conn, call), None
         if self._read_your_writes:
             token = max(token or 0, self._tokens.latest) or None
         stale: OnStale = "raise" if on_stale == "raise" else "primary"
@@ -178,7 +182,7 @@ class ReadSide:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
-        connection: Connection | None = None,
+        connection: CallerConnection | None = None,
     ) -> SearchResponse:
         """Hybrid search in one read snapshot.
 
@@ -190,7 +194,8 @@ class ReadSide:
         ``evidence.served_by`` names the server that answered.
 
         ``connection``: search inside the caller's open transaction on it (a connection
-        of this index's engine, or one whose ``search_path`` starts at its schema), in a
+        of this index's engine, one whose ``search_path`` starts at its schema, or a
+        psycopg ``Connection``: see :mod:`~context_search.postgres.caller`), in a
         savepoint that is rolled back afterwards, so the reader role, the scopes and the
         limits end with the call. The search sees the transaction's own uncommitted
         writes (an ``upsert(..., connection=conn)`` before it, say); ``served_by`` is
@@ -278,7 +283,7 @@ class ReadSide:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
-        connection: Connection | None = None,
+        connection: CallerConnection | None = None,
     ) -> RankExplanation:
         """Why ``doc_id`` ranks where it does for ``query`` (``NOT_FOUND`` when the caller
         cannot read it). The document's verdicts and the ranking are read in one snapshot,

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from context_search import telemetry
 from context_search.contract import (
@@ -25,6 +25,7 @@ from context_search.contract import (
 )
 from context_search.embedding import GuardedEmbedder
 from context_search.errors import UnauthorizedError
+from context_search.postgres.caller import CallerConnection, joined
 from context_search.postgres.ingest import IndexSettings, ProgressCallback
 from context_search.postgres.jobs import JobProgress, JobWorker
 from context_search.postgres.partitions import partition_index
@@ -40,6 +41,7 @@ class WriteSide:
     """Write methods mixed into the connector, over the attributes it sets."""
 
     _engine: Engine
+    _schema: str
     _embedder: GuardedEmbedder
     _settings: IndexSettings
     _writes: Writes
@@ -68,7 +70,7 @@ class WriteSide:
         defer_indexing: bool = False,
         batch_size: int = 256,
         progress: ProgressCallback | None = None,
-        connection: Connection | None = None,
+        connection: CallerConnection | None = None,
         allow_scope_change: bool = False,
         restore_deleted: bool = False,
     ) -> IngestReport:
@@ -76,9 +78,10 @@ class WriteSide:
         nothing per batch, not per call.
 
         ``connection``: write every record in the caller's open transaction on it instead
-        (a connection of this index's engine, or one whose ``search_path`` starts at the
-        schema), so the service's own rows and the index entries commit or roll back
-        together. The report then has no ``commit_token`` (the caller commits).
+        (a connection of this index's engine, one whose ``search_path`` starts at the
+        schema, or a psycopg ``Connection``: see :mod:`~context_search.postgres.caller`),
+        so the service's own rows and the index entries commit or roll back together.
+        Nothing is committed; the report has no ``commit_token`` (the caller commits).
 
         Validation covers every record before the first write. A failure inside a batch
         rolls that batch back completely; earlier batches stay committed, and the error's
@@ -97,13 +100,14 @@ class WriteSide:
         """
         self._writable("upsert")
         if connection is not None:
-            return self._writes.upsert_in(
-                connection,
-                records,
-                defer_indexing=defer_indexing,
-                allow_scope_change=allow_scope_change,
-                restore_deleted=restore_deleted,
-            )
+            with joined(self._engine, connection, schema=self._schema, action="upsert") as conn:
+                return self._writes.upsert_in(
+                    conn,
+                    records,
+                    defer_indexing=defer_indexing,
+                    allow_scope_change=allow_scope_change,
+                    restore_deleted=restore_deleted,
+                )
         with telemetry.upsert_span(
             "postgres", records, defer_indexing=defer_indexing, batch_size=batch_size
         ) as span:
@@ -134,14 +138,22 @@ class WriteSide:
             yield load
 
     def delete_or_supersede(
-        self, doc_id: str, superseded_by: str | None = None, *, connection: Connection | None = None
+        self,
+        doc_id: str,
+        superseded_by: str | None = None,
+        *,
+        connection: CallerConnection | None = None,
     ) -> bool:
         """Visibility changes at once, in one transaction; deleted content is purged by a job.
         ``connection``: in the caller's open transaction instead (see :meth:`upsert`)."""
         self._writable("delete_or_supersede")
-        changed = self._writes.delete_or_supersede(doc_id, superseded_by, connection=connection)
-        if connection is None:
-            self._tokens.after_write()
+        if connection is not None:
+            with joined(
+                self._engine, connection, schema=self._schema, action="delete_or_supersede"
+            ) as conn:
+                return self._writes.delete_or_supersede(doc_id, superseded_by, connection=conn)
+        changed = self._writes.delete_or_supersede(doc_id, superseded_by)
+        self._tokens.after_write()
         return changed
 
     def rescope(self, doc_id: str, new_scope: str) -> bool:

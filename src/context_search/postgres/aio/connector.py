@@ -40,7 +40,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypedDict, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from context_search.contract import (
@@ -61,6 +61,7 @@ from context_search.postgres.aio.driver import (
     close_async_store_engine,
     create_async_store_engine,
 )
+from context_search.postgres.caller import AsyncCallerConnection, run_joined
 from context_search.postgres.connector import PostgresSearchConnector
 from context_search.postgres.engine import ConnectionSettings
 from context_search.postgres.ingest import IndexSettings, ProgressCallback
@@ -216,13 +217,24 @@ class AsyncPostgresSearchConnector:
         self,
         call: Callable[..., T],
         *args: Any,
-        connection: AsyncConnection | None,
+        connection: AsyncCallerConnection | None,
         **kwargs: Any,
     ) -> T:
         """A read on the connector's pool, or inside the caller's open transaction."""
         if connection is None:
             return await self._run(call, *args, **kwargs)
-        return await connection.run_sync(lambda conn: call(*args, connection=conn, **kwargs))
+        return await self._joined(
+            connection, call.__name__, lambda conn: call(*args, connection=conn, **kwargs)
+        )
+
+    async def _joined(
+        self, connection: AsyncCallerConnection, action: str, call: Callable[[Any], T]
+    ) -> T:
+        """``call`` on a SQLAlchemy connection inside the caller's open transaction on
+        ``connection`` (see :mod:`~context_search.postgres.caller`)."""
+        return await run_joined(
+            self._engine, connection, call, schema=self._core.schema, action=action
+        )
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -233,7 +245,7 @@ class AsyncPostgresSearchConnector:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
-        connection: AsyncConnection | None = None,
+        connection: AsyncCallerConnection | None = None,
     ) -> SearchResponse:
         """Hybrid search in one read snapshot (``PostgresSearchConnector.search``);
         ``connection``: inside the caller's open transaction on it, as for the sync one."""
@@ -254,7 +266,7 @@ class AsyncPostgresSearchConnector:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
-        connection: AsyncConnection | None = None,
+        connection: AsyncCallerConnection | None = None,
     ) -> RankExplanation:
         """Why ``doc_id`` ranks where it does (``PostgresSearchConnector.explain``);
         ``connection``: inside the caller's open transaction on it, as for the sync one."""
@@ -276,7 +288,7 @@ class AsyncPostgresSearchConnector:
         timeout_s: float | None = None,
         consistent_with: str | None = None,
         on_stale: OnStale = "primary",
-        connection: AsyncConnection | None = None,
+        connection: AsyncCallerConnection | None = None,
     ) -> ContextDocument | None:
         """One readable document or ``None`` (``PostgresSearchConnector.get_document``);
         ``connection``: inside the caller's open transaction on it, as for the sync one."""
@@ -303,7 +315,7 @@ class AsyncPostgresSearchConnector:
         defer_indexing: bool = False,
         batch_size: int = 256,
         progress: ProgressCallback | None = None,
-        connection: AsyncConnection | None = None,
+        connection: AsyncCallerConnection | None = None,
         allow_scope_change: bool = False,
         restore_deleted: bool = False,
     ) -> IngestReport:
@@ -313,16 +325,19 @@ class AsyncPostgresSearchConnector:
         deleted documents are skipped unless ``restore_deleted``.
 
         ``connection``: every record in the caller's open transaction on it instead (an
-        ``AsyncConnection`` of :func:`create_async_store_engine`'s engine), committed or
-        rolled back by the caller together with its own rows; no ``commit_token``.
+        ``AsyncConnection`` of :func:`create_async_store_engine`'s engine, or the service's
+        own psycopg ``AsyncConnection``), committed or rolled back by the caller together
+        with its own rows; no ``commit_token``.
         """
         rule = _Rule(allow_scope_change=allow_scope_change, restore_deleted=restore_deleted)
         async with self._write_turn:
             if connection is not None:
-                return await connection.run_sync(
+                return await self._joined(
+                    connection,
+                    "upsert",
                     lambda conn: self._core.upsert(
                         records, defer_indexing=defer_indexing, connection=conn, **rule
-                    )
+                    ),
                 )
             return await self._run(
                 self._upsert, records, defer_indexing, batch_size, progress, rule
@@ -386,13 +401,15 @@ class AsyncPostgresSearchConnector:
         doc_id: str,
         superseded_by: str | None = None,
         *,
-        connection: AsyncConnection | None = None,
+        connection: AsyncCallerConnection | None = None,
     ) -> bool:
         """Delete, or supersede by ``superseded_by`` (``PostgresSearchConnector``);
         ``connection``: in the caller's open transaction (see :meth:`upsert`)."""
         if connection is not None:
-            return await connection.run_sync(
-                lambda conn: self._core.delete_or_supersede(doc_id, superseded_by, connection=conn)
+            return await self._joined(
+                connection,
+                "delete_or_supersede",
+                lambda conn: self._core.delete_or_supersede(doc_id, superseded_by, connection=conn),
             )
         return await self._run(self._core.delete_or_supersede, doc_id, superseded_by)
 
