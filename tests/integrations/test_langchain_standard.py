@@ -105,13 +105,14 @@ def test_k_per_call_counts_only_visible_documents(
 def test_a_call_cannot_pass_other_settings(
     context_search_connector: SearchConnector, setting: dict[str, Any]
 ) -> None:
-    """Only ``k`` is a per-call setting: anything else is refused, not silently dropped, so
-    code that believes it chose scopes per call learns it did not (sync and async)."""
+    """Only ``k`` and ``offset`` are per-call settings: anything else is refused, not
+    silently dropped, so code that believes it chose scopes per call learns it did not
+    (sync and async)."""
     context_search_connector.upsert(_corpus())
     team = ContextSearchRetriever(connector=context_search_connector, allowed_scopes=[TEAM])
     with pytest.raises(InvalidQueryError) as raised:
         team.invoke(QUERY, **setting)
-    assert raised.value.details == {"field": next(iter(setting)), "accepted": ["k"]}
+    assert raised.value.details == {"field": next(iter(setting)), "accepted": ["k", "offset"]}
     with pytest.raises(InvalidQueryError):
         team.batch([QUERY], **setting)
 

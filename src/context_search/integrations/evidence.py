@@ -16,9 +16,10 @@ from types import MappingProxyType
 from typing import Any
 
 from context_search.contract import EvidenceHit, SearchConnector, SearchQuery, SearchResponse
+from context_search.errors import InvalidQueryError
 from context_search.validation import validate_scopes
 
-__all__ = ["CallerSearch", "citation_id", "hit_metadata", "search_hits"]
+__all__ = ["CallerSearch", "check_offset", "citation_id", "hit_metadata", "search_hits"]
 
 
 def citation_id(hit: EvidenceHit) -> str:
@@ -47,20 +48,27 @@ class CallerSearch:
     min_score: float | None = None
     min_similarity: float | None = None
     require_fresh: bool = False
+    #: Ranks skipped before the first hit (a page of a bigger search; see ``SearchQuery``).
+    offset: int = 0
 
     def __post_init__(self) -> None:
         validate_scopes(self.allowed_scopes)  # before tuple(): a bare string is refused
+        check_offset(self.offset)
         object.__setattr__(self, "allowed_scopes", tuple(self.allowed_scopes))
         # A read-only copy: the caller's dict mutated later does not widen a live retriever.
         object.__setattr__(self, "filters", MappingProxyType(dict(self.filters)))
 
-    def query(self, text: str, *, top_k: int | None = None) -> SearchQuery:
-        """The search for ``text``; ``top_k`` is the one setting a call may choose (how many
-        hits), since it cannot change which documents are visible, only how many of them."""
+    def query(
+        self, text: str, *, top_k: int | None = None, offset: int | None = None
+    ) -> SearchQuery:
+        """The search for ``text``; ``top_k`` and ``offset`` are the settings a call may
+        choose (how many hits, from which rank), since they cannot change which documents
+        are visible, only which of them come back."""
         return SearchQuery(
             query=text,
             allowed_scopes=list(self.allowed_scopes),
             top_k=self.top_k if top_k is None else top_k,
+            offset=self.offset if offset is None else check_offset(offset),
             filters=dict(self.filters),
             include_superseded=self.include_superseded,
             min_score=self.min_score,
@@ -95,16 +103,31 @@ def hit_metadata(hit: EvidenceHit, freshness: str) -> dict[str, Any]:
     }
 
 
+def check_offset(offset: object) -> int:
+    """A retriever's or a call's ``offset``: refused when built or called, not first at
+    search time (the window limit is the search's own check)."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidQueryError(
+            "offset must be a non-negative integer", details={"field": "offset"}
+        )
+    return offset
+
+
 def search_hits(
-    connector: SearchConnector, search: CallerSearch, text: str, *, top_k: int | None = None
+    connector: SearchConnector,
+    search: CallerSearch,
+    text: str,
+    *,
+    top_k: int | None = None,
+    offset: int | None = None,
 ) -> tuple[SearchResponse, list[tuple[EvidenceHit, dict[str, Any]]]]:
-    """Run one search as the caller (``top_k``: this call's number of hits, else the
+    """Run one search as the caller (``top_k``/``offset``: this call's page, else the
     retriever's); each hit with its metadata, in rank order.
 
     Freshness comes from the response's evidence (one entry per returned document); a hit
     without one would be a connector defect and is labelled ``unknown`` rather than hidden.
     """
-    response = connector.search(search.query(text, top_k=top_k))
+    response = connector.search(search.query(text, top_k=top_k, offset=offset))
     fresh = {d.doc_id: d.freshness.value for d in response.evidence.documents}
     pairs: Sequence[tuple[EvidenceHit, dict[str, Any]]] = [
         (hit, hit_metadata(hit, fresh.get(hit.doc_id, "unknown"))) for hit in response.hits

@@ -46,8 +46,10 @@ class ContextSearchRetriever(BaseRetriever):
     Every setting is a field fixed at construction (the model is frozen), because a
     retriever is handed to code that takes its query text from a model. Scopes are validated
     when the retriever is built. ``k`` is the number of documents (LangChain's name; ``top_k``
-    is accepted as an alias). A call may pass ``k`` (``invoke(query, k=3)``): it changes how
-    many of the visible documents come back, never which are visible. Any other keyword
+    is accepted as an alias). ``offset`` pages: the documents are ranks ``offset + 1 ..
+    offset + k`` of one search (``SearchQuery.offset``). A call may pass ``k`` and
+    ``offset`` (``invoke(query, k=3, offset=3)`` is the second page of three): they change
+    which of the visible documents come back, never which are visible. Any other keyword
     (``allowed_scopes``, ``filters``, ...) is refused with ``INVALID_QUERY`` rather than
     ignored, so code that believes it narrowed a search per call learns that it did not.
 
@@ -68,6 +70,7 @@ class ContextSearchRetriever(BaseRetriever):
     connector: SearchConnector
     allowed_scopes: Sequence[str]
     k: int = 10
+    offset: int = 0
     filters: Mapping[str, Any] = {}
     include_superseded: bool = False
     min_score: float | None = None
@@ -101,6 +104,7 @@ class ContextSearchRetriever(BaseRetriever):
         self._search = CallerSearch(
             allowed_scopes=self.allowed_scopes,
             top_k=self.k,
+            offset=self.offset,
             filters=self.filters,
             include_superseded=self.include_superseded,
             min_score=self.min_score,
@@ -114,10 +118,11 @@ class ContextSearchRetriever(BaseRetriever):
         *,
         run_manager: CallbackManagerForRetrieverRun,
         k: int | None = None,
+        offset: int | None = None,
         **kwargs: Any,
     ) -> list[Document]:
         _refuse_call_settings(kwargs)
-        _, pairs = search_hits(self.connector, self._search, query, top_k=k)
+        _, pairs = search_hits(self.connector, self._search, query, top_k=k, offset=offset)
         return [
             Document(id=meta["citation_id"], page_content=hit.snippet, metadata=meta)
             for hit, meta in pairs
@@ -129,10 +134,16 @@ class ContextSearchRetriever(BaseRetriever):
         *,
         run_manager: AsyncCallbackManagerForRetrieverRun,
         k: int | None = None,
+        offset: int | None = None,
         **kwargs: Any,
     ) -> list[Document]:
         return await asyncio.to_thread(
-            self._get_relevant_documents, query, run_manager=run_manager.get_sync(), k=k, **kwargs
+            self._get_relevant_documents,
+            query,
+            run_manager=run_manager.get_sync(),
+            k=k,
+            offset=offset,
+            **kwargs,
         )
 
 
@@ -141,12 +152,13 @@ _LANGCHAIN_RUNTIME = frozenset({"verbose"})
 
 
 def _refuse_call_settings(kwargs: Mapping[str, Any]) -> None:
-    """A per-call keyword other than ``k`` would be a search setting the caller expects to
-    apply; the settings are fixed at construction, so it is refused, never dropped."""
+    """A per-call keyword other than ``k`` and ``offset`` would be a search setting the
+    caller expects to apply; the settings are fixed at construction, so it is refused,
+    never dropped."""
     refused = sorted(set(kwargs) - _LANGCHAIN_RUNTIME)
     if refused:
         raise InvalidQueryError(
-            f"a retrieval call takes only k; {', '.join(refused)} is fixed when the "
-            "retriever is built (build another retriever for other settings)",
-            details={"field": refused[0], "accepted": ["k"]},
+            f"a retrieval call takes only k and offset; {', '.join(refused)} is fixed when "
+            "the retriever is built (build another retriever for other settings)",
+            details={"field": refused[0], "accepted": ["k", "offset"]},
         )

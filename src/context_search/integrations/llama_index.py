@@ -43,7 +43,8 @@ class ContextSearchRetriever(BaseRetriever):
     hit's citation id, its text the snippet, its score the fused score, and its metadata the
     same keys as the LangChain retriever's documents (see
     :func:`context_search.integrations.evidence.hit_metadata`); only
-    :data:`LLM_METADATA_KEYS` are shown to a model, none are embedded.
+    :data:`LLM_METADATA_KEYS` are shown to a model, none are embedded. ``offset`` makes
+    the retriever return a later page: ranks ``offset + 1 .. offset + top_k`` of one search.
 
     Connectors are synchronous, so ``aretrieve`` runs the search in a worker thread
     (``asyncio.to_thread``) instead of blocking the event loop.
@@ -55,6 +56,7 @@ class ContextSearchRetriever(BaseRetriever):
         *,
         allowed_scopes: Sequence[str],
         top_k: int = 10,
+        offset: int = 0,
         filters: Mapping[str, Any] | None = None,
         include_superseded: bool = False,
         min_score: float | None = None,
@@ -66,6 +68,7 @@ class ContextSearchRetriever(BaseRetriever):
         self._search = CallerSearch(
             allowed_scopes=allowed_scopes,
             top_k=top_k,
+            offset=offset,
             filters=dict(filters or {}),
             include_superseded=include_superseded,
             min_score=min_score,
