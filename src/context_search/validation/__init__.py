@@ -9,6 +9,7 @@ from context_search.validation.consistency import (
     format_position,
     validate_consistency,
 )
+from context_search.validation.filter_args import FILTER_OPERATORS, parse_filter_args
 from context_search.validation.filters import (
     FILTER_FIELDS,
     FilterClause,
@@ -42,6 +43,7 @@ from context_search.validation.records import validate_record, validate_records
 
 __all__ = [
     "FILTER_FIELDS",
+    "FILTER_OPERATORS",
     "MAX_BODY_BYTES",
     "MAX_ID_CHARS",
     "MAX_QUERY_BYTES",
@@ -58,6 +60,7 @@ __all__ = [
     "ValidQuery",
     "check_text",
     "format_position",
+    "parse_filter_args",
     "parse_filters",
     "plan_overwrites",
     "record_matches",
