@@ -390,25 +390,44 @@ def assemble_explanation(
 ) -> RankExplanation:
     """Why ``doc_id`` ranks where it does for ``vq``, given the full ranking of the query
     (every candidate, not cut to ``top_k``) and the document's own filter verdicts.
-    ``notes`` are the arm decisions the search's rank log records; they end the notes."""
+    ``notes`` are the arm decisions the search's rank log records; they end the notes.
+
+    A rank alone is not a match: the vector arm ranks every document it reaches, however
+    unrelated, so ``matched`` also needs an arm's evidence (see :class:`RankExplanation`)."""
     passed = all(ok for _, ok in filter_verdicts)
     arm_notes, notes = list(notes), []
     if lifecycle is Lifecycle.SUPERSEDED and not vq.include_superseded:
-        notes.append("superseded: excluded unless include_superseded=True")
+        notes.append("superseded: searches leave it out unless they include superseded documents")
     if not passed:
         notes.append("excluded by filters")
     cut = cut_to_hits([c.entry for c in ranking.candidates], top_k=None, min_score=vq.min_score)
     position = next((i for i, c in enumerate(ranking.candidates) if c.doc_id == doc_id), None)
     found = ranking.candidates[position] if position is not None else None
     final_rank = cut.entries[position].final_rank if position is not None else None
+    entry = found.entry if found is not None else None
+    lexical = entry is not None and entry.lexical_rank is not None
+    vector = (
+        entry is not None
+        and entry.vector_rank is not None
+        and params.get("vector_weight", 1.0) > 0
+        and (entry.vector_similarity or 0.0) > 0
+    )
     if found is not None and final_rank is None:
         notes.append("below min_score")
     if found is None and not notes:
         notes.append("not among the candidates of either arm")
+    if final_rank is not None and not (lexical or vector):
+        notes.append(
+            "no query term in its text and no positive similarity: ranked only because the "
+            "vector arm orders every document it reaches"
+        )
     notes.extend(arm_notes)
     return RankExplanation(
         doc_id=doc_id,
-        matched=final_rank is not None,
+        matched=final_rank is not None and (lexical or vector),
+        lexical_matched=lexical,
+        vector_matched=vector,
+        params=dict(params),
         final_rank=final_rank,
         score_parts=found.parts if found is not None else None,
         matched_terms=tuple(sorted(found.terms)) if found is not None else (),

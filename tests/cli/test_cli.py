@@ -89,7 +89,7 @@ def test_ingest_search_explain_roundtrip(
     assert hidden.exit_code == missing.exit_code == 3
     assert "NOT_FOUND" in hidden.output
     shown = runner.invoke(app, ["explain", "a", "aurora", "-s", "team", *common])
-    assert shown.exit_code == 0 and "rank=1" in shown.output
+    assert shown.exit_code == 0 and "a: matched, ranked 1st" in shown.output
     bad = runner.invoke(app, ["search", "   ", "-s", "team", *common])
     assert bad.exit_code == 3 and "INVALID_QUERY" in bad.output
 

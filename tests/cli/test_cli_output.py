@@ -3,6 +3,7 @@ as typed errors, explain in words, progress that ends where the work ended, help
 
 from __future__ import annotations
 
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -76,3 +77,75 @@ def test_every_package_data_pattern_names_files_that_exist() -> None:
     package = root / "src" / "context_search"
     for pattern in config["tool"]["setuptools"]["package-data"]["context_search"]:
         assert list(package.glob(pattern)), f"package-data {pattern!r} matches no file"
+
+
+def _explain_corpus(tmp_path: Path) -> Path:
+    rows = [
+        ("runbook", "Aurora runbook", "The aurora service restarts nightly."),
+        ("rock", "Gneiss", "Gneiss is a metamorphic rock."),  # no word of the query
+        ("old-runbook", "Old aurora runbook", "The aurora service restarted weekly."),
+    ]
+    path = tmp_path / "explain.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"document_id": d, "title": t, "body": b, "permission_scope": "team"}) + "\n"
+            for d, t, b in rows
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def store_args(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[list[str], list[str]]:
+    """(root options, command options) of one backend, with the corpus ingested."""
+    if request.param == "sqlite":
+        root, opts = ["--backend", "sqlite", "--db", str(tmp_path / "x.db")], []
+    else:
+        dsn = request.getfixturevalue("context_search_dsn")
+        schema = request.getfixturevalue("context_search_schema")
+        root, opts = [], ["--dsn", dsn, "--schema", schema]
+    opts = [*opts, "--embedder", "hashing"]
+    ingested = runner.invoke(app, [*root, "ingest", str(_explain_corpus(tmp_path)), *opts])
+    assert ingested.exit_code == 0, ingested.output
+    return root, opts
+
+
+@pytest.mark.integration
+def test_explain_says_which_arms_matched_and_why_the_rank(
+    store_args: tuple[list[str], list[str]],
+) -> None:
+    root, opts = store_args
+
+    def explain(*args: str) -> str:
+        result = runner.invoke(app, [*root, "explain", *args, "-s", "team", *opts])
+        assert result.exit_code == 0, result.output
+        assert "ScoreParts(" not in result.output and "include_superseded" not in result.output
+        return " ".join(result.output.split())
+
+    hit = explain("runbook", "aurora restarts")
+    assert "runbook: matched, ranked 1st" in hit
+    assert "lexical: matched aurora" in hit and "1st in the lexical arm" in hit
+    assert "fused: " in hit and "rrf, k=60, vector weight 1" in hit
+    assert "within the top 5" in hit
+    # No query word and a similarity of 0 (hashing embedder): ranked, by the vector arm
+    # alone, but not a match.
+    rock = explain("rock", "aurora restarts")
+    assert "not a match, though ranked" in rock
+    assert "lexical: no query term matched its text" in rock
+    assert "vector: similarity 0.000" in rock and "no evidence of a match" in rock
+    data = json.loads(
+        runner.invoke(
+            app, [*root, "explain", "rock", "aurora restarts", "-s", "team", *opts, "--json"]
+        ).output
+    )
+    assert data["final_rank"] is not None and data["matched"] is False
+    assert data["lexical_matched"] is False and data["vector_matched"] is False
+    assert data["params"]["vector_weight"] == 1.0
+    assert "beyond the top 1" in explain("rock", "aurora restarts", "-k", "1")
+    # The flag the superseded note names exists.
+    moved = runner.invoke(app, [*root, "supersede", "old-runbook", "--by", "runbook", *opts])
+    assert moved.exit_code == 0, moved.output
+    old = explain("old-runbook", "aurora")
+    assert "not ranked (superseded)" in old and "add --include-superseded" in old
+    assert "matched, ranked" in explain("old-runbook", "aurora", "--include-superseded")

@@ -82,7 +82,7 @@ def test_search_get_explain_in_both_output_modes(common: list[str]) -> None:
     exp = _json(["explain", "runbook", "aurora", "-s", "team", *common])
     assert isinstance(exp, dict) and exp["matched"] is True and exp["final_rank"] >= 1
     assert (
-        "fusion:"
+        "fused:"
         in runner.invoke(app, ["explain", "runbook", "aurora", "-s", "team", *common]).output
     )
 

@@ -200,6 +200,16 @@ class ExplainDisagrees(Broken):
         return replace(exp, final_rank=(exp.final_rank or 0) + 1)
 
 
+class MatchedByRankAlone(Broken):
+    """Calls every ranked document matched, though the vector arm ranks unrelated ones too."""
+
+    catches = ("explain_agrees_with_search",)
+
+    def explain(self, doc_id: str, query: SearchQuery) -> RankExplanation:
+        exp = super().explain(doc_id, query)
+        return replace(exp, matched=exp.final_rank is not None)
+
+
 class RandomGapIds(Broken):
     catches = ("gap_report_stable_id",)
 

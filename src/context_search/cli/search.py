@@ -22,6 +22,7 @@ from context_search.cli.common import (
     echo_json,
     open_connector,
 )
+from context_search.cli.explaining import print_explanation
 from context_search.contract import EvidenceHit, SearchQuery, SearchResponse
 from context_search.errors import InvalidQueryError, NotFoundError
 from context_search.text import excerpt
@@ -183,32 +184,34 @@ def explain(
     dsn: Dsn = None,
     schema: Schema = DEFAULT_SCHEMA,
     embedder: EmbedderOpt = EmbedderChoice.MINILM,
+    top_k: Annotated[
+        int, typer.Option("--top-k", "-k", help="The -k of the search to check it against.")
+    ] = 5,
+    include_superseded: Annotated[
+        bool, typer.Option("--include-superseded", help="Rank superseded documents too.")
+    ] = False,
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Why a document ranks where it does for a query (NOT_FOUND if invisible to you)."""
+    """Why a document ranks where it does for a query: which arms found it, what each added
+    to its fused score, and whether a search shows it. NOT_FOUND when you may not read it."""
     with (
         cli_errors(as_json=as_json, verbose=verbose),
         open_connector(dsn, schema, embedder, read_only=True) as store,
     ):
-        exp = store.explain(doc_id, SearchQuery(query=query, allowed_scopes=scope))
+        exp = store.explain(
+            doc_id,
+            SearchQuery(
+                query=query,
+                allowed_scopes=scope,
+                top_k=top_k,
+                include_superseded=include_superseded,
+            ),
+        )
     if as_json:
         echo_json(exp)
         return
-    console = Console()
-    console.print(
-        f"[bold]{exp.doc_id}[/bold] matched={exp.matched} rank={exp.final_rank} "
-        f"method={exp.method} lifecycle={exp.lifecycle.value}"
-    )
-    if exp.score_parts is not None:
-        console.print(exp.score_parts)
-    if exp.fusion_arithmetic:
-        console.print(f"fusion: {exp.fusion_arithmetic}", highlight=False)
-    console.print(f"terms: {', '.join(exp.matched_terms) or '-'}")
-    for field, passed in exp.filter_verdicts:
-        console.print(f"filter {field}: {'pass' if passed else 'fail'}")
-    for note in exp.notes:
-        console.print(f"note: {note}")
+    print_explanation(exp, top_k=top_k, include_superseded=include_superseded)
 
 
 def get(

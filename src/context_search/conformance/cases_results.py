@@ -161,6 +161,30 @@ def explain_agrees_with_search(c: SearchConnector) -> None:
         not miss.matched or (miss.final_rank or 0) > 1,
         f"explain claims an unrelated doc ranks first: {miss}",
     )
+    # A rank is not a match: the vector arm ranks every document it reaches, so a match
+    # also needs a query term in the text or a positive similarity from a weighted arm.
+    for doc_id in ("doc-team-aurora", "doc-public-cobalt", "doc-team-dolomite"):
+        other = c.explain(doc_id, query)
+        parts = other.score_parts
+        vector = (
+            parts is not None
+            and parts.vector_rank is not None
+            and other.params.get("vector_weight", 1.0) > 0
+            and (parts.vector_similarity or 0.0) > 0
+        )
+        lexical = parts is not None and parts.lexical_rank is not None
+        check(
+            other.lexical_matched == lexical
+            and other.vector_matched == vector
+            and other.matched == (other.final_rank is not None and (lexical or vector)),
+            f"explain's matched disagrees with its arms' evidence: {other}",
+        )
+    check(
+        exp.lexical_matched
+        and bool(exp.params)
+        and all(resp.rank_log.params.get(k) == v for k, v in exp.params.items()),
+        f"explain of the top hit: lexical_matched or params wrong: {exp}",
+    )
     check(
         exp.fusion_arithmetic.endswith(f"= {top.score:.6g}"),
         f"explain's fusion arithmetic does not end in the hit's score: {exp.fusion_arithmetic}",

@@ -222,7 +222,16 @@ class SearchResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankExplanation:
-    """Why a visible document ranks where it does for a query (or why it does not match)."""
+    """Why a visible document ranks where it does for a query (or why it does not match).
+
+    ``final_rank`` is the document's place in the whole ranking (not cut to ``top_k``).
+    ``matched`` says whether the ranking holds it *on evidence*: it is ranked and an arm
+    found it — ``lexical_matched`` (a query term matched its text) or ``vector_matched``
+    (the vector arm, weighted for this query, found it more similar to the query than an
+    unrelated text, cosine above 0). The vector arm orders every document it reaches, so a
+    document with no query term and a similarity at or below 0 still gets a rank (and, under
+    ``rrf``, a share of the fused score) without being a match.
+    """
 
     doc_id: str
     matched: bool
@@ -242,6 +251,11 @@ class RankExplanation:
     #: an explanation read from a replica says so. ``None`` where the connector has no
     #: servers to tell apart (memory, SQLite).
     served_by: ServedBy | None = None
+    #: The rank log's params for this query (``k`` or ``lexical_weight``, ``pool_size``,
+    #: ``vector_weight``): the weights ``fusion_arithmetic`` applied.
+    params: Mapping[str, float] = field(default_factory=dict)
+    lexical_matched: bool = False
+    vector_matched: bool = False
 
 
 def fusion_arithmetic(
