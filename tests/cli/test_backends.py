@@ -352,3 +352,77 @@ def test_command_runs_on_its_backend_or_is_refused(
 ) -> None:
     options = world.lite() if backend == "sqlite" else world.pg()
     CASES[command](world, monkeypatch, options)
+
+
+# -- how the backend is chosen -----------------------------------------------------------
+
+
+def test_the_database_variable_alone_selects_the_file(world: World) -> None:
+    """``CONTEXT_SEARCH_DB`` (shown by --help) alone used to search PostgreSQL."""
+    found = runner.invoke(
+        app, ["search", "aurora", "-s", TEAM, "--json"], env={"CONTEXT_SEARCH_DB": str(world.db)}
+    )
+    assert {h["doc_id"] for h in _json(found)["hits"]} == {"lite-one", "lite-two"}
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "names"),
+    [
+        (["--backend", "postgres", "--db", "{db}", "search", "x", "-s", TEAM], {}, ["--db"]),
+        (["search", "x", "-s", TEAM, "--backend", "sqlite", "--db", "{db}", "--dsn", "{dsn}"],
+         {}, ["--dsn"]),
+        (["--db", "{db}", "search", "x", "-s", TEAM, "--schema", "{schema}"], {}, ["--schema"]),
+        (["--db", "{db}", "reindex", "--workers", "2"], {}, ["--workers"]),
+        (["search", "x", "-s", TEAM], {"CONTEXT_SEARCH_DB": "{db}", "CONTEXT_SEARCH_DSN": "{dsn}"},
+         ["CONTEXT_SEARCH_DB", "CONTEXT_SEARCH_DSN"]),
+        (["--backend", "sqlite", "get", "x", "-s", TEAM], {}, ["--db"]),
+    ],
+)  # fmt: skip
+def test_contradictory_or_ignored_options_are_refused(
+    world: World, args: list[str], env: dict[str, str], names: list[str]
+) -> None:
+    fill = {"db": str(world.db), "dsn": world.dsn, "schema": world.schema}
+    result = runner.invoke(
+        app,
+        [a.format(**fill) for a in args] + ["--json"],
+        env={k: v.format(**fill) for k, v in env.items()},
+    )
+    assert result.exit_code == 3, result.output
+    error = json.loads(result.output)["error"]
+    assert error["code"] == "INVALID_CONFIG"
+    assert error["details"]["command"] in args
+    for name in names:
+        assert name in error["message"]
+    assert len(world.lite_ids()) == len(world.pg_ids()) == 2
+
+
+# -- the index a command addresses -------------------------------------------------------
+
+
+def test_a_mistyped_schema_names_the_existing_indexes_and_creates_nothing(world: World) -> None:
+    typo = world.schema + "x"
+    for command in (["search", "aurora", "-s", TEAM], ["delete", "pg-one"], ["status"]):
+        result = _run([*command, "--dsn", world.dsn, "--schema", typo, "--json"])
+        assert result.exit_code == 3, result.output
+        error = json.loads(result.output)["error"]
+        assert error["code"] == "SCHEMA_NOT_READY"
+        assert error["message"].startswith(f"no index named {typo!r}")
+        assert world.schema in error["details"]["existing"]
+        assert "migrate" not in error["hint"]
+    with psycopg.connect(world.dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace(%s)", (typo,)).fetchone() == (None,)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_reads_use_the_index_embedder_and_a_mismatch_names_both(world: World, backend: str) -> None:
+    options = world.lite() if backend == "sqlite" else world.pg()
+    # Built with the hashing embedder; no --embedder: the index's own is used.
+    assert _search_ids(["search", "aurora", "-s", TEAM, *options])
+    # An explicit other embedder is refused the same way on both backends.
+    result = _run(["search", "aurora", "-s", TEAM, *options, "--embedder", "minilm", "--json"])
+    assert result.exit_code == 3, result.output
+    error = json.loads(result.output)["error"]
+    assert error["code"] == "RETRIEVER_UNCONFIGURED"
+    assert "hashing-v1-384" in error["message"]
+    assert "sentence-transformers/all-MiniLM-L6-v2" in error["message"]
+    assert "reindex --reconfigure" in error["message"]

@@ -74,3 +74,35 @@ def test_conformance_backend_sqlite_runs_every_case() -> None:
     result = runner.invoke(app, ["conformance", "--backend", "sqlite"])
     assert result.exit_code == 0, result.output
     assert f"{len(CASES)} passed, 0 failed" in result.output
+
+
+def test_the_default_embedder_is_the_same_as_postgres(tmp_path: Path) -> None:
+    """One default everywhere: a file opened without ``embedder`` is a MiniLM index."""
+    import sqlite3
+
+    from context_search.embedding import DEFAULT_MODEL_ID
+    from context_search.sqlite import SQLiteSearchConnector
+
+    path = tmp_path / "default.db"
+    SQLiteSearchConnector.open(str(path)).close()
+    with sqlite3.connect(path) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    assert meta["embedding_model"] == DEFAULT_MODEL_ID
+
+
+def test_commands_after_the_name_and_without_a_backend_flag(tmp_path: Path) -> None:
+    db = tmp_path / "index.db"
+    ingested = runner.invoke(
+        app, ["ingest", str(_records(tmp_path)), "--db", str(db), "--embedder", "hashing"]
+    )
+    assert ingested.exit_code == 0, ingested.output
+    # No --embedder, no --backend: the file's own embedder, on the file.
+    found = runner.invoke(app, ["search", "aurora", "-s", "team", "--db", str(db), "--json"])
+    assert found.exit_code == 0, found.output
+    assert "runbook" in [h["doc_id"] for h in json.loads(found.output)["hits"]]
+    listed = runner.invoke(app, ["list", "-s", "team", "--db", str(db), "--json"])
+    docs = json.loads(listed.output)["documents"]
+    assert sorted(d["doc_id"] for d in docs) == ["runbook", "zh"]  # never "secret"
+    status = json.loads(runner.invoke(app, ["status", "--db", str(db), "--json"]).output)
+    assert status["size_bytes"] >= db.stat().st_size > 0
+    assert [d["documents"] for d in status["documents"]] == [1, 2]  # restricted, team

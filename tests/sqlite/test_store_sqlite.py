@@ -11,7 +11,11 @@ import pytest
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.contract import Freshness
-from context_search.errors import InvalidConfigError, RevisionMismatchError
+from context_search.errors import (
+    InvalidConfigError,
+    RetrieverUnconfiguredError,
+    RevisionMismatchError,
+)
 from context_search.sqlite import SQLiteSearchConnector
 from context_search.sqlite import connector as connector_module
 from context_search.sqlite.driver import Driver, _cosine_distance, load_driver
@@ -61,7 +65,7 @@ def test_read_statements_name_no_base_table(statement: str) -> None:
 def test_views_show_nothing_outside_scoped_and_only_the_callers_scopes_inside(
     sqlite_path: str,
 ) -> None:
-    with SQLiteSearchConnector.open(sqlite_path) as c:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
         c.upsert(DOCS)
     conn = _raw(sqlite_path)
     count = "SELECT count(*) FROM visible_documents"
@@ -76,7 +80,7 @@ def test_views_show_nothing_outside_scoped_and_only_the_callers_scopes_inside(
 
 
 def test_a_failed_search_leaves_no_scopes_behind(sqlite_path: str) -> None:
-    with SQLiteSearchConnector.open(sqlite_path) as c:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
         c.upsert(DOCS)
         pinned = SearchQuery(query="aurora", allowed_scopes=[VAULT], pinned_revisions={"v1": "x"})
         with pytest.raises(RevisionMismatchError):
@@ -88,7 +92,7 @@ def test_a_failed_search_leaves_no_scopes_behind(sqlite_path: str) -> None:
 
 
 def test_chinese_phrases_and_negation(sqlite_path: str) -> None:
-    with SQLiteSearchConnector.open(sqlite_path) as c:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
         c.upsert(DOCS)
 
         def lexical(text: str) -> set[str]:
@@ -103,7 +107,7 @@ def test_chinese_phrases_and_negation(sqlite_path: str) -> None:
 
 
 def test_fts_rows_follow_chunks_through_updates_and_deletes(sqlite_path: str) -> None:
-    with SQLiteSearchConnector.open(sqlite_path) as c:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
         c.upsert(DOCS)
         c.upsert([ContextDocumentRecord(document_id="t1", body="new text", permission_scope=TEAM)])
         assert c.delete_or_supersede("t2")
@@ -117,24 +121,30 @@ def test_fts_rows_follow_chunks_through_updates_and_deletes(sqlite_path: str) ->
 
 
 def test_migrations_set_user_version_and_a_newer_file_is_refused(sqlite_path: str) -> None:
-    with SQLiteSearchConnector.open(sqlite_path) as c:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
         c.upsert(DOCS)
     conn = _raw(sqlite_path)
     assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)  # type: ignore[attr-defined]
-    with SQLiteSearchConnector.open(sqlite_path) as again:  # reopening keeps the data
+    # Reopening keeps the data.
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as again:
         assert _ids(again, "aurora", [TEAM]) == ["t1"]
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")  # type: ignore[attr-defined]
     with pytest.raises(InvalidConfigError, match="schema version"):
-        SQLiteSearchConnector.open(sqlite_path)
+        SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder())
 
 
 def test_another_embedder_needs_reconfigure_which_reindexes_everything(
     sqlite_path: str,
 ) -> None:
-    with SQLiteSearchConnector.open(sqlite_path) as c:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
         c.upsert(DOCS)
-    with pytest.raises(InvalidConfigError):
+    # The same code as PostgreSQL's refusal, naming both models and the fix.
+    with pytest.raises(RetrieverUnconfiguredError) as refused:
         SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder(dimension=64))
+    assert "built with hashing-v1-384" in refused.value.message
+    assert "opened with hashing-v1-64" in refused.value.message
+    assert "reindex --reconfigure" in refused.value.message
+    assert refused.value.details["active_model"] == "hashing-v1-384"
     with SQLiteSearchConnector.open(
         sqlite_path, embedder=HashingEmbedder(dimension=64), reconfigure=True
     ) as c:
@@ -208,12 +218,12 @@ def test_search_answers_alike_on_either_vector_engine(
 ) -> None:
     assert load_driver().vector_engine.startswith("sqlite-vec")
     query = SearchQuery(query="aurora restarts", allowed_scopes=[TEAM, VAULT])
-    with SQLiteSearchConnector.open(str(tmp_path / "vec.db")) as native:
+    with SQLiteSearchConnector.open(str(tmp_path / "vec.db"), embedder=HashingEmbedder()) as native:
         native.upsert(DOCS)
         expected = native.search(query)
     stand_in = Driver(load_driver().module, "numpy")
     monkeypatch.setattr(connector_module, "load_driver", lambda: stand_in)
-    with SQLiteSearchConnector.open(str(tmp_path / "numpy.db")) as c:
+    with SQLiteSearchConnector.open(str(tmp_path / "numpy.db"), embedder=HashingEmbedder()) as c:
         assert c.vector_engine == "numpy"
         c.upsert(DOCS)
         got = c.search(query)

@@ -43,7 +43,8 @@ from context_search.contract import (
     gap_id_for,
     index_config_revision,
 )
-from context_search.embedding import Embedder, HashingEmbedder, embedder_scripts
+from context_search.contract.records import config_mismatch
+from context_search.embedding import Embedder, default_embedder, embedder_scripts
 from context_search.errors import EmbeddingFailedError, InvalidConfigError, NotFoundError
 from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.responses import (
@@ -108,7 +109,7 @@ class SQLiteSearchConnector:
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._path = str(path)
-        self._embedder = embedder or HashingEmbedder()
+        self._embedder = embedder or default_embedder()
         self._fusion = FusionSettings(
             method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
         )
@@ -138,7 +139,9 @@ class SQLiteSearchConnector:
     @classmethod
     def open(cls, path: str, **options: Any) -> SQLiteSearchConnector:
         """Open (creating and migrating if needed) the index in the file ``path``, or a
-        private in-memory one for ``":memory:"``. Options are the constructor's."""
+        private in-memory one for ``":memory:"``. Options are the constructor's; without
+        ``embedder`` it is :func:`~context_search.embedding.default_embedder` (MiniLM), as for
+        PostgreSQL, so a file built by either API opens with the other's defaults."""
         return cls(path, **options)
 
     @property
@@ -199,19 +202,31 @@ class SQLiteSearchConnector:
         return int(record_matches(record_from_json(record_json), self._filters[key]))
 
     def _check_config(self, conn: Any, *, reconfigure: bool) -> None:
+        """The file's configuration must be this connector's (``RETRIEVER_UNCONFIGURED``
+        naming both models otherwise, as on PostgreSQL); ``reconfigure`` makes it so and
+        queues every document for re-embedding. The model id is kept beside the revision
+        so a refusal, ``status`` and the CLI can name what the file was built with."""
         with writes.writing(conn):
-            row = conn.execute("SELECT value FROM meta WHERE key = 'config_revision'").fetchone()
-            if row is not None and row[0] != self._config and not reconfigure:
-                raise InvalidConfigError(
-                    "this SQLite index was built with another embedder or chunking; open it "
-                    "with the same settings, or with reconfigure=True to re-index",
-                    details={"field": "embedder", "stored": row[0], "active": self._config},
+            stored = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            revision = stored.get("config_revision")
+            if revision is not None and revision != self._config and not reconfigure:
+                raise config_mismatch(
+                    stored.get("embedding_model"),
+                    revision,
+                    self._embedder.model_id,
+                    self._config,
                 )
-            conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('config_revision', ?)",
-                (self._config,),
+            conn.executemany(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                [
+                    ("config_revision", self._config),
+                    ("embedding_model", self._embedder.model_id),
+                    ("dimension", str(self._embedder.dimension)),
+                    ("chunk_bytes", str(self._chunk_bytes)),
+                    ("chunk_overlap", str(self._chunk_overlap)),
+                ],
             )
-            if row is not None and row[0] != self._config:
+            if revision is not None and revision != self._config:
                 queue_all(conn, self._clock().isoformat())
 
     # -- write side -----------------------------------------------------------------------
