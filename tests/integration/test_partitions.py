@@ -364,6 +364,58 @@ def test_a_move_waiting_for_its_lock_lets_searches_through(
     assert slowest < 1.5, slowest
 
 
+def test_a_connector_opened_before_partitioning_answers_the_same_after_it(
+    store: PostgresSearchConnector, context_search_dsn: str
+) -> None:
+    """Another process's connector, opened (and its statements prepared) on the plain
+    tables, keeps answering correctly once they are partitioned, writes included."""
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=store.schema, embedder=HashingEmbedder()
+    ) as earlier:
+        before = _answers(earlier)
+        for _ in range(5):  # past psycopg's prepare threshold on its pooled connection
+            _answers(earlier)
+        assert store.partition_scopes(["alpha", "beta"]) == ("alpha", "beta")
+        assert _answers(earlier) == before
+        earlier.upsert(
+            [
+                ContextDocumentRecord(
+                    document_id="late", body="zeppelin quokka", permission_scope="beta"
+                )
+            ]
+        )
+        beta = _partition_of(store, _first(store, "beta"))
+        assert "chunks_default" not in beta
+        assert _partition_of(earlier, "late") == beta
+        query = SearchQuery(query="zeppelin quokka", allowed_scopes=["beta"], top_k=1)
+        assert [h.doc_id for h in earlier.search(query).hits] == ["late"]
+        assert [h.doc_id for h in store.search(query).hits] == ["late"]
+
+
+def test_a_move_that_never_gets_its_lock_fails_through_the_public_call(
+    store: PostgresSearchConnector, context_search_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``partition_scopes`` behind a long transaction: ``BACKEND_ERROR`` with SQLSTATE
+    55P03 once its tries are spent, and nothing moved (the tables are still plain)."""
+    from context_search.errors import BackendError
+    from context_search.postgres import partitions
+
+    short = LockWait(wait_s=0.05, attempts=2, pause_s=0.0)
+    monkeypatch.setattr(partitions, "LockWait", lambda: short)  # the default, shortened
+    before = _answers(store)
+    with psycopg.connect(context_search_dsn) as holder:
+        holder.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
+        holder.execute("SELECT 1 FROM chunks LIMIT 1")  # holds its lock until it ends
+        with pytest.raises(BackendError) as caught:
+            store.partition_scopes(["alpha"])
+        holder.rollback()
+    assert caught.value.code == "BACKEND_ERROR"
+    assert caught.value.details["sqlstate"] == "55P03"
+    relkinds = "SELECT relkind FROM pg_class WHERE oid = CAST(:t AS regclass)"
+    assert _rows(store, relkinds, t="chunks") == _rows(store, relkinds, t="postings") == [("r",)]
+    assert _answers(store) == before
+
+
 def test_a_large_load_into_a_partitioned_index_keeps_its_indexes(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
