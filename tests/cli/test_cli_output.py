@@ -149,3 +149,20 @@ def test_explain_says_which_arms_matched_and_why_the_rank(
     old = explain("old-runbook", "aurora")
     assert "not ranked (superseded)" in old and "add --include-superseded" in old
     assert "matched, ranked" in explain("old-runbook", "aurora", "--include-superseded")
+
+
+@pytest.mark.integration
+def test_reindex_bar_ends_where_the_summary_does(
+    context_search_dsn: str, context_search_schema: str, tmp_path: Path
+) -> None:
+    opts = ["--dsn", context_search_dsn, "--schema", context_search_schema]
+    opts += ["--embedder", "hashing"]
+    queued = runner.invoke(
+        app, ["ingest", str(_explain_corpus(tmp_path)), *opts, "--defer-indexing"]
+    )
+    assert queued.exit_code == 0, queued.output
+    worked = runner.invoke(app, ["reindex", *opts, "--until-empty"])
+    assert worked.exit_code == 0, worked.output
+    assert "3 done" in worked.output
+    bar = [line for line in worked.output.splitlines() if line.startswith("reindex")]
+    assert bar and "3/3" in bar[-1], worked.output

@@ -127,24 +127,31 @@ def reindex(
             task = progress.add_task(
                 "jobs", total=start.pending + start.running, retried=0, failed=0
             )
+
+            def show() -> None:
+                with lock:
+                    finished = totals["done"] + totals["failed"]
+                    progress.update(
+                        task,
+                        completed=finished,
+                        total=max(finished, start.pending + start.running),
+                        retried=totals["retried"],
+                        failed=totals["failed"],
+                    )
+
             for t in threads:
                 t.start()
             try:
                 while any(t.is_alive() for t in threads):
-                    with lock:
-                        finished = totals["done"] + totals["failed"]
-                        progress.update(
-                            task,
-                            completed=finished,
-                            total=max(finished, start.pending + start.running),
-                            retried=totals["retried"],
-                            failed=totals["failed"],
-                        )
+                    show()
                     time.sleep(0.2)
             except KeyboardInterrupt:
                 stop.set()
                 for t in threads:
                     t.join()
+            # Workers usually finish between two refreshes (a small queue before the first):
+            # the bar's last state must be the work done, as the summary says.
+            show()
         if errors:
             raise errors[0]
         end = queue_status(store.engine)
