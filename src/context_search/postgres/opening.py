@@ -25,6 +25,7 @@ from context_search.postgres.engine import (
     close_store_engine,
     create_store_engine,
     current_revision,
+    head_revision,
     migrate,
     require_head,
     translate_errors,
@@ -72,7 +73,13 @@ def index_not_found(schema: str, existing: Sequence[str]) -> IndexNotFoundError:
     listed = ", ".join(existing) if existing else "none"
     return IndexNotFoundError(
         f"no index named {schema!r} in this database; existing: {listed}",
-        details={"schema": schema, "existing": list(existing), "reason": "missing"},
+        details={
+            "schema": schema,
+            "current": None,
+            "head": head_revision(),
+            "reason": "missing",
+            "existing": list(existing),
+        },
     )
 
 
