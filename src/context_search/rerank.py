@@ -215,9 +215,19 @@ class RerankingConnector:
     # -- everything else is the inner connector's --------------------------------------------
 
     def upsert(
-        self, records: Sequence[ContextDocumentRecord], *, defer_indexing: bool = False
+        self,
+        records: Sequence[ContextDocumentRecord],
+        *,
+        defer_indexing: bool = False,
+        allow_scope_change: bool = False,
+        restore_deleted: bool = False,
     ) -> IngestReport:
-        return self._inner.upsert(records, defer_indexing=defer_indexing)
+        return self._inner.upsert(
+            records,
+            defer_indexing=defer_indexing,
+            allow_scope_change=allow_scope_change,
+            restore_deleted=restore_deleted,
+        )
 
     def rescope(self, doc_id: str, new_scope: str) -> bool:
         return self._inner.rescope(doc_id, new_scope)

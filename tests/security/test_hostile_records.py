@@ -318,6 +318,14 @@ def test_hostile_records_are_refused_or_round_trip(
             assert_holds(store, companion.document_id, PUBLIC)
         assert_holds(store, rec.document_id, rec.permission_scope)
         return
+    held = store.registry.get(rec.document_id)
+    if held is not None and held.permission_scope != rec.permission_scope:
+        # A stored document never moves to another scope by default: refused, nothing written.
+        assert_error(result, "SCOPE_CHANGE_REFUSED", count=1)
+        if companion is not None:
+            assert_holds(store, companion.document_id, PUBLIC)
+        assert_holds(store, rec.document_id, rec.permission_scope)
+        return
     assert [doc_id for doc_id, _ in result.outcomes] == [r.document_id for r in batch]
     for r in batch:
         store.registry[r.document_id] = r
