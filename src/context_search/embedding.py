@@ -345,8 +345,11 @@ class SentenceTransformerEmbedder:
             )
         from sentence_transformers import SentenceTransformer
 
+        from context_search.model_loading import quiet_model_loading
+
         try:
-            return SentenceTransformer(path, device=self._device)
+            with quiet_model_loading():
+                return SentenceTransformer(path, device=self._device)
         except (OSError, ValueError) as exc:
             raise RetrieverUnconfiguredError(
                 f"cannot load sentence-transformers model {self.model_id!r}: {exc}"

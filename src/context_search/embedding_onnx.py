@@ -264,11 +264,13 @@ def _export(model_dir: Path, variant: OnnxVariant, target: Path) -> None:
             f"which are not installed; {TORCH_EXTRA_HINT}"
         ) from exc
     from context_search.embedding_reference import PROBES
+    from context_search.model_loading import quiet_model_loading
 
     # Eager attention: its graph is what onnxruntime's optimizer fuses into one Attention op.
-    st: Any = SentenceTransformer(
-        str(model_dir), device="cpu", model_kwargs={"attn_implementation": "eager"}
-    )
+    with quiet_model_loading():
+        st: Any = SentenceTransformer(
+            str(model_dir), device="cpu", model_kwargs={"attn_implementation": "eager"}
+        )
     layout = _layout_of(st, model_dir)
     reference = st.encode(list(PROBES), convert_to_numpy=True, show_progress_bar=False)
     model = st[0].auto_model.eval()

@@ -166,3 +166,16 @@ def test_reindex_bar_ends_where_the_summary_does(
     assert "3 done" in worked.output
     bar = [line for line in worked.output.splitlines() if line.startswith("reindex")]
     assert bar and "3/3" in bar[-1], worked.output
+
+
+@pytest.mark.model
+def test_ingest_shows_no_model_loading_bar(tmp_path: Path) -> None:
+    # The torch runtime loads the model through transformers, which draws its own bar.
+    root = ["--backend", "sqlite", "--db", str(tmp_path / "m.db")]
+    result = runner.invoke(
+        app,
+        [*root, "ingest", str(_explain_corpus(tmp_path)), "--embedder", "minilm-torch"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "3 new" in result.output
+    assert "Loading weights" not in result.output and "it/s" not in result.output
