@@ -118,8 +118,9 @@ def conformance(
         str | None, typer.Option("--dsn", help="PostgreSQL URI (default: env or embedded).")
     ] = None,
 ) -> None:
-    """Run the SearchConnector conformance suite on throwaway stores; exit 1 if any case
-    fails."""
+    """Run the SearchConnector conformance suite; exit 1 if any case fails.
+
+    Every case runs on a throwaway store of its own."""
     chosen = active()
     if backend is None:
         backend = Backend(chosen.backend.value) if chosen.explicit else Backend.MEMORY

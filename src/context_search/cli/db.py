@@ -46,8 +46,9 @@ def migrate_command(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Create or upgrade an index to this package's revision (idempotent): the alembic
-    migrations of a PostgreSQL schema, or the schema of a SQLite file."""
+    """Create or upgrade an index to this package's revision (idempotent).
+
+    The alembic migrations of a PostgreSQL schema, or the schema of a SQLite file."""
     if sqlite_selected():
         _migrate_sqlite(as_json=as_json, verbose=verbose)
         return
@@ -74,9 +75,11 @@ def partition_command(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Partition chunks and postings by scope: each named scope gets its own partition (its
-    own HNSW graph and postings); every other scope stays in the default partition.
-    Idempotent; searches and writes wait while rows move. Reopen running connectors after."""
+    """Give each named scope a partition of its own (PostgreSQL; idempotent).
+
+    Each named scope gets its own HNSW graph and postings; every other scope stays in the
+    default partition. Searches and writes wait while rows move. Reopen running
+    connectors after."""
     with cli_errors(as_json=as_json, verbose=verbose):
         validate_schema(schema)
         server = resolve_server(dsn)
@@ -136,9 +139,10 @@ def drop_command(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Delete an index and everything in it: a PostgreSQL schema named by --schema (with its
-    reader role), or the SQLite file of --db. Refused without --yes, and refused for a
-    schema or file that holds no index."""
+    """Delete an index and every document in it (only with --yes).
+
+    A PostgreSQL schema named by --schema (with its reader role), or the SQLite file of
+    --db; a schema or file that holds no index is refused."""
     with cli_errors(as_json=as_json, verbose=verbose):
         if sqlite_selected():
             path = sqlite_path(must_exist=True)

@@ -117,8 +117,10 @@ def demo(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Build a demo index and walk through the contract: on the embedded server, or with
-    --backend sqlite in one file (--db, default context-search-demo.db), no server."""
+    """Build a demo index and walk through the contract.
+
+    On the embedded server, or with --backend sqlite in one file (--db, default
+    context-search-demo.db) and no server at all."""
     console = Console(quiet=as_json)
     transcript: dict[str, Any] = {}
     started = time.perf_counter()

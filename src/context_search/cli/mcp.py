@@ -33,8 +33,9 @@ def mcp_command(
     quota: Annotated[int, typer.Option(help="Successful reads allowed per session.", min=1)] = 50,
     verbose: Verbose = False,
 ) -> None:
-    """Serve context.search / get_document / report_gap to one agent session on stdio, from
-    the index of --schema (PostgreSQL) or of --db (SQLite).
+    """Serve context.search / get_document / report_gap to one agent session on stdio.
+
+    From the index of --schema (PostgreSQL) or of --db (SQLite).
 
     The scopes are the operator's decision for this session; tool arguments cannot widen them.
     """

@@ -60,8 +60,9 @@ def server_status(as_json: JsonOpt = False, verbose: Verbose = False) -> None:
 
 
 def server_stop(as_json: JsonOpt = False, verbose: Verbose = False) -> None:
-    """Stop the embedded server (fast shutdown: open sessions end). The next command that
-    needs it starts it again."""
+    """Stop the embedded server; the next command that needs it starts it again.
+
+    Fast shutdown: open sessions end."""
     with cli_errors(as_json=as_json, verbose=verbose):
         data_dir = default_data_dir()
         stopped = stop_server(data_dir)

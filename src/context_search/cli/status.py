@@ -183,8 +183,9 @@ def status(
     as_json: JsonOpt = False,
     verbose: Verbose = False,
 ) -> None:
-    """Documents and chunks by scope and lifecycle, job queue, size on disk and index
-    configuration (and, on PostgreSQL, server, schema revision and lag). Read-only."""
+    """Documents, chunks, jobs, size on disk and configuration of an index (read-only).
+
+    By scope and lifecycle; on PostgreSQL also the server, schema revision and lag."""
     with cli_errors(as_json=as_json, verbose=verbose):
         report = _sqlite() if sqlite_selected() else _postgres(dsn, schema, check)
     checked = report.get("audit")
