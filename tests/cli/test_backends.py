@@ -426,3 +426,18 @@ def test_reads_use_the_index_embedder_and_a_mismatch_names_both(world: World, ba
     assert "hashing-v1-384" in error["message"]
     assert "sentence-transformers/all-MiniLM-L6-v2" in error["message"]
     assert "reindex --reconfigure" in error["message"]
+
+
+def test_destructive_commands_only_touch_an_index(world: World) -> None:
+    """drop never drops a schema that holds no index (``public``), nor a schema it was not
+    named explicitly; the demo never replaces a file that is not an earlier demo's."""
+    for args in (["drop", "--schema", "public"], ["drop"]):
+        result = _run([*args, "--dsn", world.dsn, "--yes", "--json"])
+        assert result.exit_code == 3, result.output
+        assert "--schema" in result.output or "no index named 'public'" in result.output
+    with psycopg.connect(world.dsn) as conn:
+        assert conn.execute("SELECT to_regnamespace('public')").fetchone() != (None,)
+    demo = _run(["demo", "--db", str(world.db), "--embedder", "hashing", "--json"])
+    assert demo.exit_code == 3, demo.output
+    assert "not a demo index" in demo.output
+    assert world.lite_ids() == {"lite-one", "lite-two"}
