@@ -330,11 +330,24 @@ def test_a_lock_wait_out_of_range_is_refused(wait: dict[str, float]) -> None:
         LockWait(**wait)  # type: ignore[arg-type]
 
 
+def _move_is_queued(dsn: str, schema: str) -> bool:
+    """Whether a lock request on the schema's ``chunks`` is waiting (not yet granted)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            "WHERE NOT l.granted AND c.relname = 'chunks' "
+            "AND c.relnamespace = CAST(CAST(%s AS name) AS regnamespace)",
+            (schema,),
+        ).fetchone()
+    return row is not None and row[0] > 0
+
+
 def test_a_move_waiting_for_its_lock_lets_searches_through(
     store: PostgresSearchConnector, context_search_dsn: str
 ) -> None:
     """A long transaction on the tables makes the move wait; searches arriving meanwhile
-    must not queue behind its lock request for as long as that transaction runs."""
+    must not queue behind its lock request for as long as that transaction runs: they
+    finish while the holder still holds and the move is still waiting (order, not time)."""
     query = SearchQuery(query="common words", allowed_scopes=["alpha"], top_k=3)
     with psycopg.connect(context_search_dsn) as holder:
         holder.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
@@ -345,23 +358,35 @@ def test_a_move_waiting_for_its_lock_lets_searches_through(
                 partition_index(
                     store.engine,
                     ["alpha"],
-                    lock_wait=LockWait(wait_s=0.3, attempts=40, pause_s=0.3),
+                    lock_wait=LockWait(wait_s=0.3, attempts=1000, pause_s=0.1),
                 )
             )
         )
         mover.start()
-        slowest = 0.0
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
-            started = time.monotonic()
-            assert store.search(query).hits
-            slowest = max(slowest, time.monotonic() - started)
+        deadline = time.monotonic() + 30
+        while not _move_is_queued(context_search_dsn, store.schema):
+            assert time.monotonic() < deadline, "the move never asked for its lock"
+            time.sleep(0.01)
+        searched = threading.Event()
+        answers: list[int] = []
+
+        def searcher() -> None:
+            for _ in range(5):
+                answers.append(len(store.search(query).hits))
+            searched.set()
+
+        thread = threading.Thread(target=searcher)
+        thread.start()
+        # Unbounded, every search would wait behind the lock request until the holder ends,
+        # which it does only after this wait.
+        through = searched.wait(20)
         assert not moved  # still waiting for the holder
         holder.rollback()
+        thread.join(30)
         mover.join(30)
+    assert through, "searches queued behind the waiting move"
+    assert answers == [3] * 5
     assert moved == [("alpha",)]
-    # Unbounded, a search would have waited behind the lock request for the holder (3 s).
-    assert slowest < 1.5, slowest
 
 
 def test_a_connector_opened_before_partitioning_answers_the_same_after_it(
