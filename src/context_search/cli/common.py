@@ -29,7 +29,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from context_search.cli.selection import StoreBackend, active, set_root
+# ``--backend``/``--db`` of every command: defined beside the selection logic, appended to
+# each registered command by ``dispatch.register`` (a command never declares them itself).
+from context_search.cli.selection import BackendOpt, DbOpt, StoreBackend, active, set_root
 from context_search.contract import SearchConnector
 from context_search.embedding import (
     Backend,
@@ -52,6 +54,8 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERNAL",
     "EXIT_REFUSED",
+    "BackendOpt",
+    "DbOpt",
     "Dsn",
     "EmbedderChoice",
     "EmbedderOpt",
@@ -111,7 +115,7 @@ EmbedderOpt = Annotated[
         "torch, same vectors), minilm-torch, minilm-onnx, minilm-int8 (quantized: faster, "
         "different vectors, its own index configuration), hashing (fast, no model), or the "
         "directory of any local sentence-transformers model, e.g. a multilingual one for "
-        "Chinese (default: $CONTEXT_SEARCH_EMBEDDER, else minilm).",
+        "Chinese. Default: minilm, or the CONTEXT_SEARCH_EMBEDDER variable.",
     ),
 ]
 Scopes = Annotated[list[str], typer.Option("--scope", "-s", help="Caller scope (repeatable).")]

@@ -11,14 +11,8 @@ from typing import Any
 
 import typer
 
-from context_search.cli.common import cli_errors
-from context_search.cli.selection import (
-    BackendOpt,
-    CommandSpec,
-    DbOpt,
-    StoreBackend,
-    activate,
-)
+from context_search.cli.common import BackendOpt, DbOpt, cli_errors
+from context_search.cli.selection import CommandSpec, StoreBackend, activate
 
 __all__ = ["POSTGRES_ONLY", "register"]
 
