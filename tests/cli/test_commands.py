@@ -277,12 +277,15 @@ def test_ingest_notes_directory_and_beir(
         encoding="utf-8",
     )
     (notes / "readme.txt").write_text("Welcome to the cobalt wiki.", encoding="utf-8")
-    result = _json(["ingest", str(notes), *opts])
+    # readme.txt names no scope: who may read it is the user's call, never a default.
+    assert runner.invoke(app, ["ingest", str(notes), *opts]).exit_code == 3
+    result = _json(["ingest", str(notes), *opts, "--scope", "public"])
     assert isinstance(result, dict) and result["new"] == 2 and result["failed"] == 0
     doc = _json(["get", "ops/basalt.md", "-s", "sre", *opts])
     assert isinstance(doc, dict)
     assert doc["title"] == "Basalt storage" and doc["tags"] == ["storage", "ops"]
-    assert doc["source_uri"] == "file://ops/basalt.md" and doc["metadata"] == {"team_size": "4"}
+    assert doc["source_uri"] == (notes / "ops" / "basalt.md").resolve().as_uri()
+    assert doc["metadata"] == {"team_size": "4"}
     assert _json(["get", "readme.txt", "-s", "public", *opts])
     beir = tmp_path / "tiny"
     beir.mkdir()
