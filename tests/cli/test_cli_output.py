@@ -7,8 +7,12 @@ import json
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
+import typer.main
+import typer.rich_utils
 from typer.testing import CliRunner
 
 from context_search.cli import app, bench
@@ -179,3 +183,38 @@ def test_ingest_shows_no_model_loading_bar(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "3 new" in result.output
     assert "Loading weights" not in result.output and "it/s" not in result.output
+
+
+def _commands(group: Any) -> dict[str, Any]:
+    """A typer group's subcommands by name (typer vendors its own click: no isinstance)."""
+    return dict(getattr(group, "commands", {}))
+
+
+def _every_command() -> list[list[str]]:
+    names: list[list[str]] = []
+    for name, command in _commands(typer.main.get_command(app)).items():
+        names.append([name])
+        names += [[name, sub] for sub in _commands(command)]
+    return names
+
+
+@pytest.mark.unit
+def test_help_shows_prose_not_markup_and_nothing_cut_off() -> None:
+    names = _every_command()
+    assert ["search"] in names and ["server", "stop"] in names
+    for args in ([], *names):
+        result = runner.invoke(app, [*args, "--help"])  # 80 columns
+        assert result.exit_code == 0, (args, result.output)
+        assert "``" not in result.output, (args, result.output)
+        assert "…" not in result.output, (args, result.output)  # a word rich had to cut
+
+
+@pytest.mark.unit
+def test_help_reflows_docstring_lines_into_paragraphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a wide terminal each command's summary is one line: a docstring's own line breaks
+    # are not kept in the middle of a sentence.
+    monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", 400)
+    listing = runner.invoke(app, ["--help"]).output
+    for name, command in _commands(typer.main.get_command(app)).items():
+        summary = " ".join((command.help or "").split("\n\n")[0].split()).replace("`", "")
+        assert any(summary in line for line in listing.splitlines()), (name, listing)

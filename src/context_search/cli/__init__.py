@@ -38,6 +38,10 @@ app = typer.Typer(
     help="Permission-safe hybrid retrieval on PostgreSQL + pgvector, or on one SQLite file.",
     no_args_is_help=True,
     add_completion=False,
+    # Help is written as prose with ``--option`` spans: markdown reflows a docstring's lines
+    # into paragraphs and shows code spans as code (rich markup would print the backticks,
+    # keep every line break and eat a bracketed word such as an extra's name).
+    rich_markup_mode="markdown",
 )
 
 
@@ -132,7 +136,9 @@ register(
 )
 
 server_app = typer.Typer(
-    help="The embedded PostgreSQL server the commands start on first use.", no_args_is_help=True
+    help="The embedded PostgreSQL server the commands start on first use.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 register(
     server_app,

@@ -125,8 +125,7 @@ def search(
             "--filter",
             "-f",
             help="KEY=VALUE or KEY:OP=VALUE (OP: in, gte, gt, lte, lt), repeatable; e.g. "
-            "owner=alice, department:in=sre,data, updated_at:gte=2026-01-10, "
-            "metadata.tier:lt=3.",
+            "owner=alice, department:in=sre,data, metadata.tier:lt=3 (dates in ISO 8601).",
         ),
     ] = None,
     include_superseded: Annotated[bool, typer.Option("--include-superseded")] = False,
