@@ -38,7 +38,11 @@ def test_the_partitions_suite_runs_on_a_tiny_dataset(
     for level in result["levels"]:
         # Partition pruning leaves one small graph: the scope's exact answer comes back whole.
         assert level["partitioned"]["short"] == 0
-        assert 0.0 <= level["global"]["recall@10"] <= 1.0
+        # On the tiny data every layout finds the scope's exact neighbours, so a recall below
+        # that means the harness measures against the wrong reference (scope, order, ids).
+        for layout in ("global", "partitioned"):
+            assert level[layout]["recall@10"] >= 0.95, (level["scope"], layout, level[layout])
+        assert level["global"]["short"] == 0
         # The server's exact scan agrees with the NumPy reference.
         assert level["exact"]["recall@10"] >= 0.99 and "Seq Scan" in level["exact"]["plan"]
     assert "<!-- bench:partitions -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
