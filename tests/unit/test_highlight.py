@@ -99,3 +99,26 @@ def test_excerpt_keeps_a_short_snippet_whole_and_cuts_a_giant_word_at_a_characte
     assert (start, end) == (0, 14)
     with pytest.raises(ValueError, match="positive"):
         excerpt(word, (), max_bytes=0)
+
+
+def test_every_cjk_letter_nfkc_changes_is_in_the_compatibility_class() -> None:
+    import unicodedata
+
+    from context_search.text.highlight import _CJK_COMPAT
+    from context_search.text.segment import _CJK_LETTERS
+
+    for lo, hi, single in re.findall(r"(.)-(.)|(.)", _CJK_LETTERS):
+        first, last = (ord(lo), ord(hi)) if lo else (ord(single), ord(single))
+        for cp in range(first, last + 1):
+            ch = chr(cp)
+            if unicodedata.normalize("NFKC", ch) != ch:
+                assert _CJK_COMPAT.fullmatch(ch), hex(cp)
+
+
+def test_compatibility_characters_and_non_ascii_words_still_match() -> None:
+    # U+F91C is a compatibility form of 卵; half-width katakana normalise to full width.
+    assert _marked("生\uf91cと卵", "卵") == ["\uf91c", "卵"]
+    assert _marked("ｶﾀｶﾅ表記とカタカナ", "カタカナ") == ["ｶﾀｶﾅ", "カタカナ"]
+    assert _marked("Die Straße, STRASSE und Strassenbahn.", "straße") == ["Straße", "STRASSE"]
+    assert _marked("极光aurora服务 — aurora's", "aurora") == ["aurora", "aurora"]
+    assert _marked("Flies fly; the fly flies.", "flies") == ["Flies", "fly", "fly", "flies"]

@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
+from functools import lru_cache
 
 from context_search.text.query import parse_query
-from context_search.text.segment import _CJK_RUN, _WORD, tokenize
+from context_search.text.segment import _CJK_LETTERS, _CJK_RUN, is_cjk, tokenize
 
 __all__ = ["Span", "excerpt", "highlight_spans", "query_terms"]
 
@@ -100,6 +101,102 @@ def _norm(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
+@lru_cache(maxsize=1 << 16)
+def _word_key(word: str) -> str:
+    """A word as terms are compared (cached: words repeat across chunks and searches, and
+    normalising and folding each one was most of a response's highlighting time)."""
+    return _fold(_norm(word))
+
+
+#: Every CJK letter that NFKC changes lies in these ranges (a unit test keeps it so):
+#: compatibility ideographs, half-width forms, compatibility jamo and a few kana marks.
+_CJK_COMPAT = re.compile(
+    "[\u309b\u309c\u309f\u30ff\u3131-\u318e\uf900-\ufaff\uff66-\uffdc\U0002f800-\U0002fa1f]"
+)
+
+
+def _cjk_matches(snippet: str, grams: tuple[str, ...], found: list[Span]) -> None:
+    """Character spans of the CJK terms (grams of two, or one character) in ``snippet``.
+
+    A gram made of CJK letters only occurs inside one run of them, and CJK letters outside
+    :data:`_CJK_COMPAT` are their own NFKC, case-folded form, so the grams are searched for
+    in the snippet as it is; a snippet holding a compatibility character is read run by
+    run and gram by gram instead.
+    """
+    if _CJK_COMPAT.search(snippet) is None:
+        for gram in grams:
+            i = snippet.find(gram)
+            while i != -1:
+                found.append((i, i + len(gram)))
+                i = snippet.find(gram, i + 1)
+        return
+    wanted = frozenset(grams)
+    for m in _CJK_RUN.finditer(snippet):
+        run, base = m.group(), m.start()
+        for size in (1, 2):
+            found.extend(
+                (base + i, base + i + size)
+                for i in range(len(run) - size + 1)
+                if _norm(run[i : i + size]) in wanted
+            )
+
+
+_WORD_LETTER = re.compile(rf"[^\W{_CJK_LETTERS}]")
+_WORD_RUN = re.compile(rf"[^\W{_CJK_LETTERS}]+")
+
+
+@lru_cache(maxsize=256)
+def _prefixes(terms: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """How the words that may fold to a term begin, and the CJK terms.
+
+    A fold keeps a word's first three letters (``flies`` -> ``fly`` excepted, so a
+    three-letter term ending in ``y`` also starts ``..i``). Only words beginning so are
+    normalised and compared: most of a snippet's words do not, and normalising each one
+    was most of the cost. (A word whose first letters NFKC changes, e.g. full-width Latin,
+    is therefore not marked.)
+    """
+    starts = {t[:3] for t in terms if not is_cjk(t)}
+    starts |= {t[:2] + "i" for t in terms if len(t) == 3 and t.endswith("y")}
+    return tuple(sorted(starts)), tuple(sorted(t for t in terms if is_cjk(t)))
+
+
+def _word_matches(snippet: str, terms: frozenset[str], found: list[Span]) -> None:
+    """Character spans of the words of ``snippet`` that fold to one of ``terms``."""
+    starts, _ = _prefixes(terms)
+    low = snippet.lower()
+    if len(low) != len(snippet):  # a rare character lowers to two: look at every word
+        found.extend(
+            (w.start(), w.end())
+            for w in _WORD_RUN.finditer(snippet)
+            if _word_key(w.group()) in terms
+        )
+        return
+    for start in starts:
+        i = low.find(start)
+        while i != -1:
+            if i and _WORD_LETTER.match(low, i - 1):  # inside a word
+                i = low.find(start, i + 1)
+                continue
+            run = _WORD_RUN.match(low, i)
+            end = run.end() if run is not None else i + len(start)
+            if _word_key(snippet[i:end]) in terms:
+                found.append((i, end))
+            i = low.find(start, end)
+
+
+def _to_bytes(text: str, spans: list[Span]) -> tuple[Span, ...]:
+    """Character spans (sorted, disjoint) as UTF-8 byte spans, converted in one pass."""
+    out: list[Span] = []
+    char = byte = 0
+    for a, b in spans:
+        byte += len(text[char:a].encode())
+        start = byte
+        byte += len(text[a:b].encode())
+        char = b
+        out.append((start, byte))
+    return tuple(out)
+
+
 def highlight_spans(snippet: str, terms: frozenset[str]) -> tuple[Span, ...]:
     """Byte spans of ``snippet`` holding one of ``terms`` (from :func:`query_terms`).
 
@@ -107,25 +204,15 @@ def highlight_spans(snippet: str, terms: frozenset[str]) -> tuple[Span, ...]:
     """
     if not terms or not snippet:
         return ()
-    offs: list[int] | None = None
-    found: list[tuple[int, int]] = []  # character spans
-    cjk = [(m.start(), m.end()) for m in _CJK_RUN.finditer(snippet)]
-    pos = 0
-    for start, end in [*cjk, (len(snippet), len(snippet))]:
-        for m in _WORD.finditer(snippet, pos, start):
-            if _fold(_norm(m.group())) in terms:
-                found.append((m.start(), m.end()))
-        if end > start:
-            if end - start == 1 or any(len(t) == 1 for t in terms):
-                found.extend((i, i + 1) for i in range(start, end) if _norm(snippet[i]) in terms)
-            found.extend(
-                (i, i + 2) for i in range(start, end - 1) if _norm(snippet[i : i + 2]) in terms
-            )
-        pos = end
+    found: list[Span] = []  # character spans
+    _word_matches(snippet, terms, found)
+    grams = _prefixes(terms)[1]
+    if grams and not snippet.isascii():
+        _cjk_matches(snippet, grams, found)
     if not found:
         return ()
-    offs = _byte_offsets(snippet)
-    return _merge((offs[a], offs[b]) for a, b in found)
+    spans = list(_merge(found))
+    return tuple(spans) if snippet.isascii() else _to_bytes(snippet, spans)
 
 
 _WORD_CHAR = re.compile(r"\w")
