@@ -218,3 +218,22 @@ def test_help_reflows_docstring_lines_into_paragraphs(monkeypatch: pytest.Monkey
     for name, command in _commands(typer.main.get_command(app)).items():
         summary = " ".join((command.help or "").split("\n\n")[0].split()).replace("`", "")
         assert any(summary in line for line in listing.splitlines()), (name, listing)
+
+
+@pytest.mark.unit
+def test_counts_agree_with_their_nouns(tmp_path: Path) -> None:
+    root = ["--backend", "sqlite", "--db", str(tmp_path / "one.db")]
+    one = tmp_path / "one.jsonl"
+    one.write_text(
+        json.dumps({"document_id": "a", "body": "Basalt notes.", "permission_scope": "t"}) + "\n",
+        encoding="utf-8",
+    )
+    opts = ["--embedder", "hashing"]
+    ingested = runner.invoke(app, [*root, "ingest", str(one), *opts])
+    assert ingested.exit_code == 0, ingested.output
+    assert "1 chunk written" in ingested.output
+    status = runner.invoke(app, [*root, "status"])
+    assert status.exit_code == 0, status.output
+    assert "1 document, 1 chunk," in status.output
+    found = runner.invoke(app, [*root, "search", "basalt", "-s", "t", *opts])
+    assert found.exit_code == 0 and "1 hit " in found.output, found.output

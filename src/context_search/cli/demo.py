@@ -37,6 +37,7 @@ from context_search.cli.common import (
 from context_search.cli.ingest import parse_record
 from context_search.cli.search import print_response
 from context_search.cli.selection import active
+from context_search.cli.words import plural
 from context_search.contract import (
     ContextDocumentRecord,
     SearchConnector,
@@ -136,7 +137,8 @@ def demo(
             console.print(f"[dim]{where}[/dim]", highlight=False)
             report = store.upsert(records)
             console.print(
-                f"indexed {len(records)} documents ({report.chunks_written} chunks) into "
+                f"indexed {plural(len(records), 'document')} "
+                f"({plural(report.chunks_written, 'chunk')}) into "
                 f"{where} with {model.model_id}",
                 highlight=False,
             )
@@ -203,13 +205,14 @@ def demo(
             console.print(
                 "after a deferred update: "
                 + ", ".join(f"{d.doc_id}={d.freshness.value}" for d in pending.documents)
-                + f"; {pending.propagation.pending} job(s) pending",
+                + f"; {plural(pending.propagation.pending, 'job')} pending",
                 highlight=False,
             )
             done = store.reindex()
             fresh = store.search(sre).evidence
             console.print(
-                f"after `reindex` ({done.done} job(s) done, the earlier purge included): "
+                f"after `reindex` ({plural(done.done, 'job')} done, the earlier purge "
+                "included): "
                 + ", ".join(f"{d.doc_id}={d.freshness.value}" for d in fresh.documents),
                 highlight=False,
             )

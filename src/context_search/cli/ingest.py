@@ -49,6 +49,7 @@ from context_search.cli.common import (
     echo_json,
     open_connector,
 )
+from context_search.cli.words import plural
 from context_search.contract import ContextDocumentRecord, Lifecycle, RecordOutcome, ScopeChange
 from context_search.errors import (
     ContextSearchError,
@@ -357,7 +358,7 @@ def ingest(
                     TextColumn("documents"),
                     BarColumn(),
                     MofNCompleteColumn(),
-                    TextColumn("{task.fields[chunks]} chunks · {task.fields[rate]:.0f} chunks/s"),
+                    TextColumn("chunks: {task.fields[chunks]} · {task.fields[rate]:.0f}/s"),
                     TimeRemainingColumn(),
                 )
                 load: AbstractContextManager[Any] = nullcontext()
@@ -439,7 +440,7 @@ def ingest(
         for item in bad:
             out.print(f"[red]failed[/red] {item.where}: {item.error}", highlight=False)
         if bad and not written:
-            out.print(f"nothing written: {len(bad)} bad item(s) and --on-error abort")
+            out.print(f"nothing written: {plural(len(bad), 'bad item')} and --on-error abort")
         for m in moves:
             out.print(f"scope changed: {m.doc_id}: {m.old_scope} -> {m.new_scope}", markup=False)
         for doc_id in restored:
@@ -450,7 +451,7 @@ def ingest(
             f"unchanged, {summary['failed']} failed"
             + (f", {kept} skipped (deleted; --restore-deleted writes them)" if kept else "")
             + (f", {len(moves)} moved to another scope" if moves else "")
-            + f"; {chunks} chunks written"
+            + f"; {plural(chunks, 'chunk')} written"
         )
         if verbose:
             rate = chunks / max(seconds, 1e-9)

@@ -30,6 +30,7 @@ from context_search.cli.common import (
     sqlite_selected,
 )
 from context_search.cli.stores import probe_postgres, sqlite_path
+from context_search.cli.words import plural
 from context_search.errors import InvalidConfigError
 from context_search.postgres.audit import audit
 from context_search.postgres.engine import (
@@ -217,7 +218,8 @@ def _print(report: dict[str, Any]) -> None:
     console.print(where, highlight=False, markup=False)
     config = report["configuration"] or {}
     console.print(
-        f"{total} documents, {chunks} chunks, {_size(report['size_bytes'])} on disk; "
+        f"{plural(total, 'document')}, {plural(chunks, 'chunk')}, "
+        f"{_size(report['size_bytes'])} on disk; "
         f"embedder {config.get('embedding_model') or 'not configured yet'}"
         + (f" (dimension {config['dimension']})" if config.get("dimension") else "")
         + (
@@ -259,7 +261,7 @@ def _print_postgres_jobs(console: Console, report: dict[str, Any]) -> None:
         f"{secs(st['done_lag_p50'])} (max {secs(st['done_lag_max'])})",
         highlight=False,
     )
-    table = Table(title=f"index coverage ({st['live_documents']} live documents)")
+    table = Table(title=f"index coverage ({plural(st['live_documents'], 'live document')})")
     for col in ("config revision", "active", "fresh documents"):
         table.add_column(col)
     for config_id, is_active, n in st["coverage"]:
@@ -271,7 +273,8 @@ def _print_postgres_jobs(console: Console, report: dict[str, Any]) -> None:
         console.print(
             f"building configuration {building['config_id']} ({building['embedding_model']}) "
             f"beside the active one since {building['since'][:19]}: {building['indexed']} of "
-            f"{building['total']} documents indexed, ETA {eta}; searches answer from the "
+            f"{plural(building['total'], 'document')} indexed, ETA {eta}; searches answer "
+            "from the "
             "active configuration until the switch",
             highlight=False,
         )
