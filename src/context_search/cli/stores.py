@@ -17,7 +17,8 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import text
+import psycopg
+from psycopg import sql
 
 from context_search.cli.selection import StoreBackend, active
 from context_search.embedding import (
@@ -26,15 +27,9 @@ from context_search.embedding import (
     HashingEmbedder,
     SentenceTransformerEmbedder,
 )
-from context_search.errors import BackendUnavailableError, InvalidConfigError
+from context_search.errors import BackendError, BackendUnavailableError, InvalidConfigError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.engine import (
-    close_store_engine,
-    create_store_engine,
-    current_revision,
-    translate_errors,
-)
-from context_search.postgres.opening import existing_indexes, index_not_found
+from context_search.postgres.opening import EXISTING_INDEXES, SIBLING, index_not_found
 from context_search.postgres.server import ServerHandle, resolve_server
 from context_search.postgres.settings import validate_schema
 from context_search.sqlite import SQLiteSearchConnector
@@ -96,24 +91,39 @@ class PostgresIndex:
 
 
 def probe_postgres(dsn: str | None, schema: str) -> PostgresIndex:
-    """The server, the schema's revision and active model, and the database's indexes, in
-    one read-only connection (nothing is created)."""
+    """The server, the schema's revision and active model, and the database's indexes, on
+    one short read-only connection (psycopg alone: a SQLAlchemy engine would cost every
+    command a pool and a dialect start-up). Nothing is created."""
     validate_schema(schema)
     server = resolve_server(dsn)
-    engine = create_store_engine(server.dsn, schema=schema, read_only=True)
+    quoted = sql.Identifier(schema)
     try:
-        revision = current_revision(engine, schema=schema)
-        model = None
-        with translate_errors("read index catalog"), engine.connect() as conn:
-            existing = existing_indexes(conn)
-            if revision is not None:
-                has_configs = conn.execute(text("SELECT to_regclass('index_configs')")).scalar()
-                if has_configs is not None:
-                    model = conn.execute(
-                        text("SELECT embedding_model FROM index_configs WHERE active")
-                    ).scalar()
-    finally:
-        close_store_engine(engine)
+        with psycopg.connect(server.dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.execute("SET default_transaction_read_only = on")
+            indexes = [str(r[0]) for r in conn.execute(str(EXISTING_INDEXES)).fetchall()]
+            existing = [name for name in indexes if not SIBLING.search(name)]
+            revision = model = None
+            if schema in indexes:
+                row = conn.execute(
+                    sql.SQL("SELECT version_num FROM {}.alembic_version").format(quoted)
+                ).fetchone()
+                revision = None if row is None else str(row[0])
+                configs = conn.execute(
+                    "SELECT to_regclass(%s)", (f'"{schema}".index_configs',)
+                ).fetchone()
+                if revision is not None and configs is not None and configs[0] is not None:
+                    found = conn.execute(
+                        sql.SQL("SELECT embedding_model FROM {}.index_configs WHERE active").format(
+                            quoted
+                        )
+                    ).fetchone()
+                    model = None if found is None else str(found[0])
+    except psycopg.OperationalError as exc:
+        raise BackendUnavailableError(
+            f"read index catalog: database unreachable ({server.description})"
+        ) from exc
+    except psycopg.Error as exc:
+        raise BackendError(f"read index catalog failed: {exc.sqlstate}") from exc
     return PostgresIndex(server, schema, revision, model, existing)
 
 

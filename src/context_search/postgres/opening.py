@@ -37,6 +37,8 @@ from context_search.postgres.server import sqlalchemy_url
 from context_search.postgres.switch import switch_configuration
 
 __all__ = [
+    "EXISTING_INDEXES",
+    "SIBLING",
     "IndexNotFoundError",
     "check_search_path",
     "existing_indexes",
@@ -56,17 +58,17 @@ class IndexNotFoundError(SchemaNotReadyError):
 
 #: Schemas holding an index: every index has alembic's version table. ``pg_class`` is
 #: readable by every role, so a reader-only login sees the names too.
-_INDEXES = text(
+EXISTING_INDEXES = text(
     "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.relname = 'alembic_version' AND c.relkind = 'r' ORDER BY 1"
 )
 #: The siblings a configuration switch builds and retires (``switch.sibling_names``).
-_SIBLING = re.compile(r"__(next|old)(_[0-9a-f]+)?$")
+SIBLING = re.compile(r"__(next|old)(_[0-9a-f]+)?$")
 
 
 def existing_indexes(conn: Connection) -> list[str]:
     """The index schemas of the database, without configuration-switch siblings."""
-    return [str(r[0]) for r in conn.execute(_INDEXES) if not _SIBLING.search(str(r[0]))]
+    return [str(r[0]) for r in conn.execute(EXISTING_INDEXES) if not SIBLING.search(str(r[0]))]
 
 
 def index_not_found(schema: str, existing: Sequence[str]) -> IndexNotFoundError:
