@@ -599,4 +599,21 @@ class RevivesDeleted(Broken):
         return replace(report, restored=())
 
 
+class MidWordSnippets(Broken):
+    """Cites each snippet one character later and earlier than its chunk: inside words."""
+
+    catches = ("snippets_end_between_words",)
+
+    def search(self, query: SearchQuery) -> SearchResponse:
+        resp = super().search(query)
+        hits = []
+        for h in resp.hits:
+            text = h.snippet[1:-1]
+            start = h.start_byte + len(h.snippet[:1].encode())
+            hits.append(
+                replace(h, snippet=text, start_byte=start, end_byte=start + len(text.encode()))
+            )
+        return replace(resp, hits=tuple(hits))
+
+
 BROKEN: tuple[type[Broken], ...] = tuple(Broken.__subclasses__())

@@ -1,4 +1,5 @@
-"""Highlights: the query's words in the returned snippet, as exact byte spans of it.
+"""Highlights: the query's words in the returned snippet, as exact byte spans of it; and
+snippets that begin and end between words.
 
 Spans are relative to the snippet (never to the body), so they can only mark text the
 caller was given: a hit found through its title, or through a masked field, marks nothing
@@ -96,3 +97,37 @@ def highlights_mark_query_words(c: SearchConnector) -> None:
             hit.highlights == () or "zircon" in hit.snippet.casefold(),
             f"{hit.doc_id}: highlights {hit.highlights} in a snippet without the word",
         )
+
+
+_WORDY = re.compile(r"\w")
+
+
+def _splits_word(body: str, at: int) -> bool:
+    """Whether byte offset ``at`` of ``body`` falls between two letters of one Latin word."""
+    raw = body.encode()
+    before, after = raw[:at].decode(), raw[at:].decode()
+    return bool(
+        before
+        and after
+        and before[-1].isascii()
+        and after[0].isascii()
+        and _WORDY.match(before[-1])
+        and _WORDY.match(after[0])
+    )
+
+
+@case("results")
+def snippets_end_between_words(c: SearchConnector) -> None:
+    """A snippet cut from a long body starts and ends between words, never inside one."""
+    words = [f"{w}{i}" for i in range(400) for w in ("granite", "ledger")]
+    body = " ".join(words[:300]) + " The aurora marker sits here. " + " ".join(words[300:])
+    c.upsert([ContextDocumentRecord(document_id="doc-team-long", body=body, permission_scope=TEAM)])
+    resp = c.search(SearchQuery(query="aurora marker", allowed_scopes=[TEAM], top_k=1))
+    check(resp.hits, "the long document was not found")
+    hit = resp.hits[0]
+    check(
+        hit.start_byte > 0 and hit.end_byte < len(body.encode()),
+        f"the snippet {hit.start_byte}-{hit.end_byte} is not cut from inside the body",
+    )
+    for name, at in (("starts", hit.start_byte), ("ends", hit.end_byte)):
+        check(not _splits_word(body, at), f"the snippet {name} inside a word at byte {at}")
