@@ -45,6 +45,22 @@ def test_admin_not_found_hint_does_not_mention_scopes(
     assert read.exit_code == 3 and "scopes" in read.output.split("hint:")[1]
 
 
+@pytest.mark.integration
+def test_admin_errors_from_the_library_get_hints_without_scopes_or_queries(
+    context_search_dsn: str, context_search_schema: str, tmp_path: Path
+) -> None:
+    opts = ["--dsn", context_search_dsn, "--schema", context_search_schema]
+    opts += ["--embedder", "hashing"]
+    assert runner.invoke(app, ["ingest", str(_explain_corpus(tmp_path)), *opts]).exit_code == 0
+    missing = runner.invoke(app, ["supersede", "runbook", "--by", "nope", *opts])
+    assert missing.exit_code == 3 and "NOT_FOUND" in missing.output, missing.output
+    assert "scope" not in missing.output.split("hint:")[1], missing.output
+    empty = runner.invoke(app, ["rescope", "runbook", "", *opts])
+    assert empty.exit_code == 3 and "INVALID_" in empty.output, empty.output
+    hint = " ".join(empty.output.split("hint:")[1].split())
+    assert "query" not in hint and "top_k" not in hint, empty.output
+
+
 @pytest.mark.unit
 def test_mcp_without_its_extra_is_a_typed_error_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch,

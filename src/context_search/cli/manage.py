@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -21,9 +23,23 @@ from context_search.cli.common import (
     open_connector,
 )
 from context_search.contract import GapReport
-from context_search.errors import NotFoundError
+from context_search.errors import InvalidInputError, NotFoundError
 
 __all__ = ["delete", "gap", "rescope", "supersede"]
+
+
+@contextmanager
+def _admin_hints() -> Iterator[None]:
+    """These commands take no scopes: a hint written for a caller's read (check your scopes,
+    fix the query) would send the operator after something the command does not have."""
+    try:
+        yield
+    except NotFoundError as exc:
+        exc.hint = NotFoundError.unscoped_hint
+        raise
+    except InvalidInputError as exc:
+        exc.hint = InvalidInputError.hint
+        raise
 
 
 def _changed(as_json: bool, action: str, doc_id: str, **extra: str) -> None:
@@ -43,7 +59,7 @@ def delete(
 ) -> None:
     """Delete a document: invisible at commit; a purge job removes its content."""
     with cli_errors(as_json=as_json, verbose=verbose):
-        with open_connector(dsn, schema, embedder) as store:
+        with _admin_hints(), open_connector(dsn, schema, embedder) as store:
             done = store.delete_or_supersede(doc_id)
         if not done:
             raise NotFoundError("no live document with that id", hint=NotFoundError.unscoped_hint)
@@ -61,7 +77,7 @@ def supersede(
 ) -> None:
     """Mark a document superseded by another (searchable only with --include-superseded)."""
     with cli_errors(as_json=as_json, verbose=verbose):
-        with open_connector(dsn, schema, embedder) as store:
+        with _admin_hints(), open_connector(dsn, schema, embedder) as store:
             done = store.delete_or_supersede(doc_id, superseded_by=by)
         if not done:
             raise NotFoundError("no live document with that id", hint=NotFoundError.unscoped_hint)
@@ -79,7 +95,7 @@ def rescope(
 ) -> None:
     """Move a document to another scope, effective for every reader at commit."""
     with cli_errors(as_json=as_json, verbose=verbose):
-        with open_connector(dsn, schema, embedder) as store:
+        with _admin_hints(), open_connector(dsn, schema, embedder) as store:
             done = store.rescope(doc_id, new_scope)
         if not done:
             raise NotFoundError("no live document with that id", hint=NotFoundError.unscoped_hint)
