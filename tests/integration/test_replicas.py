@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -276,22 +276,28 @@ def test_replica_stopped_mid_load_fails_over_never_empty(
                 assert resp.evidence.served_by is not None
                 served.append(resp.evidence.served_by.role)
 
+        def until(condition: Callable[[], bool]) -> None:
+            deadline = time.monotonic() + 30
+            while not condition():
+                assert time.monotonic() < deadline, f"not reached; served {served[-10:]}"
+                time.sleep(0.01)
+
         threads = [threading.Thread(target=searcher) for _ in range(3)]
         for t in threads:
             t.start()
         try:
-            time.sleep(0.3)
+            until(lambda: served.count("replica") >= 3)
             assert replica.stop()
-            time.sleep(0.5)
+            stopped = len(served)
+            until(lambda: served[stopped:].count("primary") >= 3)  # the primary took over
             during = len(served)
             replica.start()
-            time.sleep(1.0)
+            until(lambda: "replica" in served[during:])  # and handed back once it is up
         finally:
             stop.set()
             for t in threads:
                 t.join()
         assert not wrong, "a search returned a partial or empty success"
-        assert "primary" in served[:during] and "replica" in served[during:]
         assert served.count("error") == 0  # the primary took over every failed read
 
 
