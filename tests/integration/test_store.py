@@ -553,7 +553,8 @@ def test_scope_stats_and_postings_follow_every_write(
             ContextDocumentRecord(
                 document_id="doc-00001", body="short now", permission_scope="secret"
             )
-        ]
+        ],
+        allow_scope_change=True,  # a move by upsert, explicitly allowed
     )
     store.delete_or_supersede("doc-00002")
     store.delete_or_supersede("doc-00003", superseded_by="doc-00004")
