@@ -78,3 +78,8 @@ def test_offset_and_window_limits() -> None:
         assert page.next_offset == 4 and page.stats.returned == 2
         tail = c.search(SearchQuery(query="quartz", allowed_scopes=[TEAM], top_k=2, offset=4))
         assert len(tail.hits) == 1 and tail.next_offset is None
+
+
+def test_a_too_large_top_k_points_at_paging() -> None:
+    with InMemorySearchConnector() as c, pytest.raises(InvalidQueryError, match="offset"):
+        c.search(SearchQuery(query="quartz", allowed_scopes=[TEAM], top_k=1000))

@@ -114,7 +114,7 @@ def validate_query(query: object) -> ValidQuery:
         raise InvalidQueryError("top_k must be an integer", details={"field": "top_k"})
     if not 1 <= top_k <= MAX_TOP_K:
         raise InvalidQueryError(
-            f"top_k must be between 1 and {MAX_TOP_K}",
+            f"top_k must be between 1 and {MAX_TOP_K}; page further with offset",
             details={"field": "top_k", "limit": MAX_TOP_K},
         )
     offset = _offset(query.offset, top_k)
