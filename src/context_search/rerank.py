@@ -10,7 +10,9 @@ every backend gets the same stage with the same semantics (and none needs to cha
    scored by the :class:`Reranker` and reordered by that score, ties in fused order;
 3. the rest keep their fused order, and the list is cut to ``top_k`` (a page with an
    ``offset`` is cut from this list, ranks ``offset + 1 .. offset + top_k``; a page deeper
-   than ``MAX_TOP_K`` asks ``inner`` for the head and for the page's fused ranks apart).
+   than ``MAX_TOP_K`` asks ``inner`` for the head and for the page's fused ranks in two
+   searches, so a write landing between them can shift that page by the documents it
+   moved).
 
 The rank log records the stage: ``params["rerank_top_n"]``, and ``rerank_score`` on each
 reranked entry (and on the hit's ``score_parts``), so :func:`final_order` recomputes the
