@@ -8,7 +8,10 @@ that look like SQL or wildcards, and metacharacters stored as data.
 
 from __future__ import annotations
 
+import copy
+import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -86,15 +89,35 @@ def fresh_store(request: pytest.FixtureRequest) -> Iterator[Store]:
         yield opened
 
 
+def _memory_state(c: Any) -> tuple[Any, ...]:
+    """What the reference connector stores, comparable (its vectors as bytes)."""
+    docs = {
+        doc_id: (s.record, s.lifecycle, s.superseded_by, s.indexed_content_id, s.vectors.tobytes())
+        for doc_id, s in c._docs.items()
+    }
+    return docs, copy.deepcopy(c._gaps)
+
+
 @pytest.fixture
 def rows_unchanged(store: Store) -> Iterator[None]:
-    """A read-only test must not write a row."""
-    if store.dsn is None or store.schema is None:
+    """A read-only test must not write: no table's row count moves on PostgreSQL, no other
+    connection commits to the SQLite file (``PRAGMA data_version`` moves with every commit
+    but this connection's own), no stored document or gap changes in memory."""
+    c = store.connector
+    if store.backend == "sqlite":
+        with closing(sqlite3.connect(f"file:{c._path}?mode=ro", uri=True)) as watcher:
+            version = watcher.execute("PRAGMA data_version").fetchone()
+            yield
+            assert watcher.execute("PRAGMA data_version").fetchone() == version
+    elif store.backend == "memory":
+        before = _memory_state(c)
         yield
-        return
-    before = table_counts(store.dsn, store.schema)
-    yield
-    assert table_counts(store.dsn, store.schema) == before
+        assert _memory_state(c) == before
+    else:
+        assert store.dsn is not None and store.schema is not None
+        counts = table_counts(store.dsn, store.schema)
+        yield
+        assert table_counts(store.dsn, store.schema) == counts
 
 
 # -- fuzzed properties ------------------------------------------------------------------
