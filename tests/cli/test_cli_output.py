@@ -253,3 +253,12 @@ def test_counts_agree_with_their_nouns(tmp_path: Path) -> None:
     assert "1 document, 1 chunk," in status.output
     found = runner.invoke(app, [*root, "search", "basalt", "-s", "t", *opts])
     assert found.exit_code == 0 and "1 hit " in found.output, found.output
+
+
+@pytest.mark.unit
+def test_a_missing_sqlite_file_is_not_sent_to_postgresql(tmp_path: Path) -> None:
+    root = ["--backend", "sqlite", "--db", str(tmp_path / "absent.db")]
+    result = runner.invoke(app, [*root, "search", "x", "-s", "t", "--embedder", "hashing"])
+    assert result.exit_code == 4, result.output
+    hint = " ".join(result.output.split("hint:")[1].split())
+    assert "--db" in hint and "PostgreSQL" not in hint and "DSN" not in hint, result.output

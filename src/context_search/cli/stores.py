@@ -187,7 +187,9 @@ def sqlite_path(*, must_exist: bool) -> Path:
         raise InvalidConfigError("--backend sqlite needs --db PATH", details={"field": "db"})
     if must_exist and not path.exists():
         raise BackendUnavailableError(
-            f"no SQLite index at {path}", details={"backend": "sqlite", "field": "db"}
+            f"no SQLite index at {path}",
+            details={"backend": "sqlite", "field": "db"},
+            hint="check the --db path; `context-search --db PATH ingest ...` creates the file",
         )
     return path
 

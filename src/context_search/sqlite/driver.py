@@ -132,7 +132,9 @@ def load_driver() -> Driver:
     usable = [m for m in candidates if _has_fts5(m)]
     if not usable:
         raise BackendUnavailableError(
-            "no SQLite driver with FTS5 is available", details={"backend": "sqlite"}
+            "no SQLite driver with FTS5 is available",
+            details={"backend": "sqlite"},
+            hint="pip install 'context-search[sqlite]' (a SQLite build with FTS5)",
         )
     for module in usable:
         version = _can_load_vec(module)
@@ -161,7 +163,9 @@ def translate_errors(driver: Driver) -> Iterator[None]:
             ) from exc
         if "unable to open" in text:
             raise BackendUnavailableError(
-                f"cannot open the SQLite database: {text}", details={"backend": "sqlite"}
+                f"cannot open the SQLite database: {text}",
+                details={"backend": "sqlite"},
+                hint="check that the file's directory exists and that you may write to it",
             ) from exc
         raise BackendError(f"SQLite failed: {text}", details={"backend": "sqlite"}) from exc
     except driver.module.Error as exc:
