@@ -35,28 +35,44 @@ def _lexical_count(c: SQLiteSearchConnector) -> int:
 
 
 def test_readers_in_threads_see_whole_batches_while_one_writer_writes(sqlite_path: str) -> None:
+    """Readers see every batch whole: each count they observe is a multiple of the batch,
+    and the writer goes on only once a reader has seen its last batch, so the readers
+    provably saw the index between writes (not only empty, or full at the end)."""
     errors: list[BaseException] = []
     seen: list[int] = []
+    observed = threading.Condition()
     done = threading.Event()
     with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
 
         def read() -> None:
             try:
                 while not done.is_set():
-                    seen.append(_lexical_count(c))
+                    count = _lexical_count(c)
+                    with observed:
+                        seen.append(count)
+                        observed.notify_all()
             except BaseException as exc:  # reported below
                 errors.append(exc)
+                done.set()
 
         readers = [threading.Thread(target=read) for _ in range(3)]
         for t in readers:
             t.start()
-        for n in range(12):
-            c.upsert(_batch("thread", n))
-        done.set()
-        for t in readers:
-            t.join()
+        try:
+            for n in range(12):
+                c.upsert(_batch("thread", n))
+                with observed:
+                    reached = observed.wait_for(
+                        lambda n=n: (n + 1) * BATCH in seen or done.is_set(), timeout=30
+                    )
+                assert reached, f"no reader saw batch {n}"
+        finally:
+            done.set()
+            for t in readers:
+                t.join()
         assert errors == []
-        assert seen and all(count % BATCH == 0 for count in seen)  # one snapshot per search
+        assert all(count % BATCH == 0 for count in seen), sorted(set(seen))  # whole batches
+        assert {BATCH * k for k in range(1, 13)} <= set(seen)
         assert _lexical_count(c) == 12 * BATCH
 
 
