@@ -5,6 +5,7 @@ afterwards instead of mixing two models, and an interrupted build resumes."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -204,6 +205,80 @@ def test_an_interrupted_build_keeps_the_old_configuration_and_resumes(
     ) as switched:
         assert switched.search(_q("nebula valve")).hits[0].doc_id == "d00960"
     assert switch_status(live.engine, context_search_schema) is None
+
+
+class _Killed(BaseException):
+    """The process dying mid-load: not an error the worker may catch and record."""
+
+
+class _Recording(HashingEmbedder):
+    """``NEW``'s vectors; records which documents it embedded and can die after a while."""
+
+    def __init__(self, die_after_calls: int | None = None) -> None:
+        super().__init__(256)
+        self.die_after_calls = die_after_calls
+        self.calls = 0
+        self.docs: set[str] = set()
+
+    def embed_documents(self, texts: Any) -> Any:
+        if self.die_after_calls is not None and self.calls >= self.die_after_calls:
+            raise _Killed
+        self.calls += 1
+        self.docs.update(re.findall(r"Zephyr turbine (\d+) ", " ".join(texts)))
+        return super().embed_documents(texts)
+
+
+def test_a_build_killed_mid_load_resumes_from_the_half_built_sibling(
+    context_search_dsn: str, context_search_schema: str, live: PostgresSearchConnector
+) -> None:
+    """Killed after two batches of the new schema's indexing: the old configuration keeps
+    answering, and the next switch goes on from the sibling schema, embedding only the
+    documents it had not indexed yet."""
+    old_config = live.search(_q("turbine")).evidence.config_revision
+    shadow, _ = sibling_names(context_search_schema)
+
+    def run(embedder: _Recording) -> switch.SwitchReport | None:
+        return switch_configuration(
+            live.engine,
+            schema=live.schema,
+            embedder=embedder,
+            chunk_bytes=1200,
+            chunk_overlap=200,
+            text_search_config="english",
+            batch_size=8,
+        )
+
+    dying = _Recording(die_after_calls=2)
+    with pytest.raises(_Killed):
+        run(dying)
+    assert live.search(_q("turbine")).evidence.config_revision == old_config
+    built = {
+        str(int(r[0][1:]))
+        for r in _rows(
+            context_search_dsn,
+            sql.SQL("SELECT doc_id FROM {} WHERE indexed_config_revision IS NOT NULL").format(
+                sql.Identifier(shadow, "documents")
+            ),
+        )
+    }
+    assert built and len(built) < 40 and built <= dying.docs  # half built
+    # The killed process's claimed jobs stay leased until their lease runs out (300 s by
+    # default); let it run out instead of waiting.
+    _rows(
+        context_search_dsn,
+        sql.SQL(
+            "UPDATE {} SET lease_until = now() - interval '1 second' "
+            "WHERE status = 'running' RETURNING job_id"
+        ).format(sql.Identifier(shadow, "index_jobs")),
+    )
+    resumed = _Recording()
+    report = run(resumed)
+    assert report is not None and report.documents == 40
+    assert resumed.docs == {str(i) for i in range(40)} - built  # only what was missing
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=NEW, schema=context_search_schema
+    ) as switched:
+        assert switched.search(_q("turbine 7")).hits
 
 
 def test_a_second_switch_of_the_same_index_is_refused_while_one_runs(
