@@ -330,6 +330,17 @@ def _prepare_shadow(
                 )
             )
         _carry_over(next_engine, build, None, None)
+    else:
+        # Only a switch works the sibling's queue, and only under the build lock this one
+        # holds: jobs a killed build left claimed (leased for minutes) or waiting out a
+        # retry backoff belong to no one, so the resumed build takes them now.
+        raw.execute(
+            sql.SQL(
+                "UPDATE {} SET lease_until = clock_timestamp(), run_after = clock_timestamp() "
+                "WHERE status = 'running' OR (status = 'pending' AND run_after > "
+                "clock_timestamp())"
+            ).format(sql.Identifier(shadow, "index_jobs"))
+        )
     # Activating queues an index job for every document not indexed under it: all of them
     # after a fresh copy, the rest after an interrupted build.
     return activate_config(next_engine, embedder, *chunking, reconfigure=True)
