@@ -307,7 +307,7 @@ class CrossEncoderReranker:
             except ImportError as exc:
                 raise RetrieverUnconfiguredError(
                     "sentence-transformers is not installed; "
-                    "pip install 'context-search[embeddings]'"
+                    "pip install 'context-search[torch]'"
                 ) from exc
             kwargs: dict[str, Any] = {"device": self._device}
             if self._max_length is not None:
