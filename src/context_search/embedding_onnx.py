@@ -62,7 +62,7 @@ ONNX_EXTRA_HINT = "pip install 'context-search[embeddings]'"
 TORCH_EXTRA_HINT = "pip install 'context-search[torch]'"
 OnnxVariant = Literal["fp32", "int8"]
 #: An fp32 export must agree with torch at least this well on every probe text; measured
-#: agreement on SciFact is ~1 - 1e-7 (see BENCHMARKS.md, embedding runtimes).
+#: agreement on SciFact is closer still (see BENCHMARKS.md, embedding runtimes).
 FP32_MIN_COSINE = 0.99999
 #: int8 is a different model; this only catches a broken export, not a drift.
 INT8_MIN_COSINE = 0.95

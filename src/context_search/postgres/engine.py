@@ -240,7 +240,7 @@ def pool_arguments(
         "keepalives_count": 3,
         # Statements are prepared from their second run on a connection, not their sixth
         # (psycopg's default): the search statement's plan is reused from then on, where
-        # each of its first five runs on every new pooled connection was planned (~3 ms).
+        # each of its first five runs on every new pooled connection was planned.
         "prepare_threshold": 1,
     }
     pool_options: dict[str, Any] = {

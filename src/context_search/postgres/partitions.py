@@ -2,8 +2,8 @@
 
 One global HNSW graph serves a selective scope badly: the iterative scan walks the graph
 until enough in-scope chunks turn up, and what it finds is further from the exact answer
-(``python -m benchmarks partitions``, 1M chunks: a 1 % scope 75.6 ms at recall@10 0.79
-through the global graph, 1.5 ms at 0.998 in a partition of its own). So an index can give
+(``python -m benchmarks partitions``: a narrow scope is both slower and less exact through the
+global graph than in a partition of its own; figures in BENCHMARKS.md). So an index can give
 its large or heavily searched scopes partitions of their own::
 
     connector.partition_scopes(["tenant-a", "tenant-b"])

@@ -74,8 +74,9 @@ def numbered_search_sql(
     driver's raw cursor.
 
     A search statement is ~14 kB: psycopg caches the conversion of named placeholders only
-    for statements under 4 kB, so it parsed the whole text again on every search (~0.1 ms),
-    and SQLAlchemy's execution and result layers around it cost ~0.3 ms more for nothing
+    for statements under 4 kB, so it parsed the whole text again on every search, and
+    SQLAlchemy's execution and result layers around it cost client time (measured in
+    benchmarks/results/SEARCH-SPEED.md) for nothing
     this statement needs (its values arrive typed; its ~200 rows are read by position, only
     the first and the hits' by name). So SQLAlchemy's events and instrumentation do not see
     the search statement; the connector's own spans and stage timings do.
@@ -108,8 +109,8 @@ class SearchStatements:
     per_term: int = 1000
     #: Exact distances up to sqrt(exact_scale x chunks in the index) eligible chunks, when
     #: that is more than ``exact_threshold``. Measured at 1M chunks (384-d): an exact scan
-    #: of 10k scattered chunks 78 ms against 142 ms for the iterative HNSW scan that
-    #: finds 200 of them, recall 1.0 against 0.95.
+    #: of 10k scattered chunks beats the iterative HNSW scan that finds 200 of them, in time
+    #: and in recall (benchmarks/results/SEARCH-SPEED.md).
     exact_scale: int = 200
     #: ``chunks`` and ``postings`` are partitioned by scope (``postgres/partitions.py``):
     #: every search is planned for its scopes, so only the caller's partitions are read.
@@ -127,8 +128,8 @@ class SearchStatements:
             pool=pool,
             chunk_pool=self.chunk_pool(),
             # Chunks scored exactly: 1.5 per pooled document fills the lexical pool (best
-            # chunk per document): 99.9 of 100 documents on SciFact with 150 or 300 chunks,
-            # same nDCG@10, ~6 ms less per search at 100k chunks.
+            # chunk per document) on SciFact as well as 300 chunks did, at the same ranking
+            # and in less time per search (benchmarks/results/SEARCH-SPEED.md).
             lex_chunks=min(1000, pool * 3 // 2),
             exact_threshold=self.exact_threshold,
             exact_scale=self.exact_scale,
@@ -160,7 +161,7 @@ class SearchStatements:
             tuning["plan_cache_mode"] = "force_generic_plan"
             # A generic plan cannot see how many chunks the caller's scopes hold, and
             # estimates most of the table: it read every chunk to pick the 0.1 % it may
-            # see for the exact branch (859 ms per search at 1M chunks). Every table of
+            # see for the exact branch (benchmarks/results/SEARCH-SPEED.md). Every table of
             # the statement is meant to be reached by key or index; the plan says so.
             tuning["enable_seqscan"] = "off"
         return tuning

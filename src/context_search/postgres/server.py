@@ -19,8 +19,9 @@ Server settings
     (``embedded_settings``): shared buffers a quarter of its memory (128 MB to 8 GB, where
     ``initdb`` leaves 128 MB whatever the machine) and the planner told that half of it
     caches files. At 100k chunks the search's index pages then stay in shared buffers
-    instead of being copied from the kernel's cache on each search (1,160 such reads in one
-    search at 128 MB). A data dir that already exists keeps its settings: change them with
+    instead of being copied from the kernel's cache on each search
+    (benchmarks/results/SEARCH-SPEED.md). A data dir that already exists keeps its
+    settings: change them with
     ``ALTER SYSTEM`` and a restart.
 
 Discovery and concurrency

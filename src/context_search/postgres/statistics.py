@@ -6,7 +6,8 @@ rows and sorts them instead of reading the impact-ordered index, and sorts every
 distance instead of walking HNSW, several times slower. Its speed also depends on the
 postings' visibility map: stage 1 reads postings by index-only scans, which fetch the heap
 row of every posting on a page the map does not mark all-visible, and only VACUUM marks
-pages. At 100k chunks a search with no page marked took 13.5 ms of statement instead of 8.9.
+pages. A search with no page marked spends measurably longer in its statement
+(benchmarks/results/SEARCH-SPEED.md).
 
 Autovacuum does both eventually (throttled, and only once enough rows changed); a large
 write does both at once, so the first search after a load is as fast as the hundredth:

@@ -34,8 +34,9 @@ def _literal_format(dimensions: int) -> str:
 def vector_literal(values: Any) -> str:
     """pgvector's text form of ``values`` (7 significant digits), for a bound parameter.
 
-    One ``%`` over the whole vector: formatting each float in a generator took ~90 µs of
-    every search's client time (384 dimensions) and of every chunk an ingest writes.
+    One ``%`` over the whole vector: formatting each float in a generator cost measurable
+    client time on every search and every chunk an ingest writes
+    (benchmarks/results/SEARCH-SPEED.md).
     """
     floats = values.tolist() if hasattr(values, "tolist") else [float(x) for x in values]
     return _literal_format(len(floats)) % tuple(floats)

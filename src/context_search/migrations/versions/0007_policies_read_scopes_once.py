@@ -9,7 +9,8 @@ and PostgreSQL evaluated that expression for every row a scan returned: a search
 ~4,000 postings, 150 chunks and 200 HNSW rows, so the scope array was looked up and parsed
 thousands of times per search. Wrapped in a scalar subquery, the same expression becomes
 an initplan computed once per statement; which rows pass is unchanged (the setting is per
-transaction). Measured at 100k chunks: the lexical arm 7.6 -> 6.9 ms per search.
+transaction). Measured at 100k chunks, the lexical arm got faster
+(benchmarks/results/SEARCH-SPEED.md).
 """
 
 from collections.abc import Sequence

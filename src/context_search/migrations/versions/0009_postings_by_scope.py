@@ -7,8 +7,9 @@ Create Date: 2026-12-05
 The lexical arm reads the strongest postings of each query term. With one impact order per
 lexeme, the caller's scopes were a filter on that walk: a caller who may see 0.1 % of the
 chunks read about a thousand postings of other scopes for every one of theirs, so a common
-term cost most of its postings (the lexical arm alone 55.7 ms for a 0.1 % scope of 1M
-chunks, 5.1 ms after). Ordered within each (lexeme, scope, lifecycle), every group the
+term cost most of its postings (the lexical arm alone for a 0.1 % scope of 1M chunks,
+before and after: benchmarks/results/SEARCH-SPEED.md). Ordered within each
+(lexeme, scope, lifecycle), every group the
 caller may see is read from its own strongest posting, at most the term's bound from each,
 whatever the other scopes hold.
 """

@@ -10,9 +10,9 @@ distance the search computes from the row (the exact path over a narrow scope, t
 distance of each HNSW hit) read the TOAST index and page too. ``MAIN`` keeps the vector in
 the row and moves the tsvector and text out first (compressed), which also keeps rows as
 small as before: an iterative HNSW scan checks the caller's scope on the heap row of every
-candidate it walks, so a larger heap (everything inline, 3.9 GB instead of 1.9 GB at 1M
-chunks) took the 10 % filtered searches from 49 to 128 ms there. At 100k chunks, exact
-distances over 1,000 eligible chunks: 7.3 ms with the vector out of line, 3.4 ms in the row.
+candidate it walks, so a larger heap (everything inline) made the 10 % filtered searches
+at 1M chunks much slower, and exact distances over a narrow scope are faster with the
+vector in the row than out of line (benchmarks/results/SEARCH-SPEED.md).
 
 Rows already written keep their layout until rewritten (``VACUUM FULL chunks``, or a
 configuration switch, which writes every row again).
