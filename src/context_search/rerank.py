@@ -306,8 +306,7 @@ class CrossEncoderReranker:
                 from sentence_transformers import CrossEncoder
             except ImportError as exc:
                 raise RetrieverUnconfiguredError(
-                    "sentence-transformers is not installed; "
-                    "pip install 'context-search[torch]'"
+                    "sentence-transformers is not installed; pip install 'context-search[torch]'"
                 ) from exc
             kwargs: dict[str, Any] = {"device": self._device}
             if self._max_length is not None:
