@@ -203,7 +203,7 @@ def _embedding(args: argparse.Namespace, argv: list[str], out_dir: Path, md: Pat
 
 def _reliability(args: argparse.Namespace, argv: list[str], out_dir: Path, md: Path) -> int:
     from benchmarks import reliability
-    from context_search.postgres.server import temporary_server
+    from context_search.postgres.engine.server import temporary_server
 
     duration, rounds = (5.0, 2) if args.tiny else (args.duration, args.rounds)
     if args.dsn:  # an external server: everything but the restart faults

@@ -19,7 +19,7 @@ from typing import Any
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log, percentiles
 from context_search import SearchQuery
 from context_search.postgres import AsyncPostgresSearchConnector, PostgresSearchConnector
-from context_search.postgres.admin import drop_index
+from context_search.postgres.operations.admin import drop_index
 
 SCHEMA = "bench_aio"
 

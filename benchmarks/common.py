@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from context_search import ContextDocumentRecord
 from context_search.embedding import Embedder, embedder_scripts
-from context_search.postgres.server import resolve_server, temporary_server
+from context_search.postgres.engine.server import resolve_server, temporary_server
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

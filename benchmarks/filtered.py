@@ -21,7 +21,7 @@ from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log, p
 from benchmarks.latency import build_corpus, index_texts
 from context_search import ContextDocumentRecord, SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
+from context_search.postgres.operations.admin import drop_index
 
 SCHEMA = "bench_filtered"
 LEVELS = {

@@ -34,8 +34,8 @@ from sqlalchemy import event
 
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log
 from context_search.postgres import PostgresSearchConnector, bulk, ingest
-from context_search.postgres.admin import drop_index
-from context_search.postgres.prepare import prepare
+from context_search.postgres.operations.admin import drop_index
+from context_search.postgres.write.records import prepare
 
 SCHEMA = "bench_ingest"
 NAIVE = "bench_ingest_naive"

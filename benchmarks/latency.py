@@ -29,8 +29,8 @@ from sqlalchemy import text
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log, percentiles
 from context_search import ContextDocumentRecord, SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
-from context_search.postgres.bulk import build_settings
+from context_search.postgres.indexes.builds import build_settings
+from context_search.postgres.operations.admin import drop_index
 from context_search.text import segment_for_index, segment_for_query
 from context_search.text.indexing import searchable_chunks
 

@@ -14,7 +14,7 @@ from typing import Any
 from benchmarks.common import CachedEmbedder, Dataset, header, log
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
+from context_search.postgres.operations.admin import drop_index
 
 SCHEMA = "bench_leakage"
 

@@ -29,7 +29,7 @@ from psycopg import sql
 
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log, percentiles
 from benchmarks.latency import index_texts
-from context_search.postgres.bulk import build_settings
+from context_search.postgres.indexes.builds import build_settings
 
 SCOPES = (("s0_1", 0.001), ("s1", 0.01), ("s10", 0.10))
 GLOBAL, PARTITIONED = "bench_part_global", "bench_part_list"

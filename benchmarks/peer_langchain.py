@@ -56,7 +56,7 @@ from langchain_postgres.v2.indexes import (
     QueryOptions,
 )
 
-from context_search.postgres.server import sqlalchemy_url
+from context_search.postgres.engine.server import sqlalchemy_url
 
 __all__ = ["LangchainPeer", "PrecomputedEmbeddings", "peer_url"]
 

@@ -23,7 +23,7 @@ from sqlalchemy import text
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
+from context_search.postgres.operations.admin import drop_index
 
 SCHEMA = "bench_propagation"
 

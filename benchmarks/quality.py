@@ -35,7 +35,7 @@ from benchmarks.common import (
 )
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
+from context_search.postgres.operations.admin import drop_index
 from context_search.sqlite import SQLiteSearchConnector
 from context_search.text import segment_for_index, segment_for_query
 from context_search.text.indexing import searchable_chunks

@@ -21,9 +21,9 @@ from typing import Any
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
-from context_search.postgres.routing import ReplicaSettings
-from context_search.postgres.standby import temporary_replica
+from context_search.postgres.operations.admin import drop_index
+from context_search.postgres.settings import ReplicaSettings
+from context_search.testing.standby import temporary_replica
 
 SCHEMA = "bench_replica"
 

@@ -44,7 +44,7 @@ from benchmarks.filtered import LEVELS, scoped
 from benchmarks.latency import build_corpus
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
+from context_search.postgres.operations.admin import drop_index
 from context_search.validation import validate_query
 
 SCHEMA = "bench_profile"

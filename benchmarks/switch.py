@@ -29,8 +29,8 @@ from benchmarks.latency import build_corpus
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
-from context_search.postgres.switch import switch_configuration
+from context_search.postgres.operations.admin import drop_index
+from context_search.postgres.operations.switch import switch_configuration
 
 SCHEMA = "bench_switch"
 

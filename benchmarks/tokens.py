@@ -11,7 +11,7 @@ from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, ndcg_a
 from context_search import SearchQuery
 from context_search.embedding import SentenceTransformerEmbedder
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
+from context_search.postgres.operations.admin import drop_index
 
 SCHEMA = "bench_tokens"
 

@@ -16,7 +16,7 @@ modules, which are split by what each part of the suite is responsible for:
 The targets: zero errors and zero leaks under load; after every fault the interrupted call
 raised its documented typed error or completed correctly, the next call worked, no
 acknowledged write was lost, nothing was half-written, and the audit
-(``context_search.postgres.audit``) found no violation.
+(``context_search.postgres.operations.audit``) found no violation.
 """
 
 from benchmarks.reliability.faults import FaultTally

@@ -21,8 +21,8 @@ from typing import Any
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.audit import audit
-from context_search.postgres.engine import ConnectionSettings
+from context_search.postgres.operations.audit import audit
+from context_search.postgres.settings import ConnectionSettings
 
 SCOPES = ("alpha", "beta", "gamma", "delta", "omega")
 WORDS = [

@@ -29,7 +29,7 @@ from benchmarks.reliability.ledger import (
     verify,
 )
 from context_search import SearchQuery
-from context_search.postgres.audit import audit
+from context_search.postgres.operations.audit import audit
 
 
 def run_load(

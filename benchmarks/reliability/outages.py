@@ -41,7 +41,7 @@ from benchmarks.reliability.ledger import (
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import BackendUnavailableError, EmbeddingFailedError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.server import ensure_embedded, stop_server
+from context_search.postgres.engine.server import ensure_embedded, stop_server
 
 
 class _RestartRound:

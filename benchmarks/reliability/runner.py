@@ -25,7 +25,7 @@ from benchmarks.reliability.faults import (
 from benchmarks.reliability.ledger import DocIds, Ledger, connect, drain, new_docs, verify
 from benchmarks.reliability.load import run_load
 from benchmarks.reliability.outages import fault_embedder, fault_restart, fault_sigkill_worker
-from context_search.postgres.audit import audit
+from context_search.postgres.operations.audit import audit
 
 
 def run_faults(

@@ -28,7 +28,7 @@ from context_search.postgres import (
     close_async_store_engine,
     create_async_store_engine,
 )
-from context_search.postgres.server import resolve_server
+from context_search.postgres.engine.server import resolve_server
 
 #: Demo credentials: token -> the scopes its holder may read and write.
 TOKENS: dict[str, frozenset[str]] = {

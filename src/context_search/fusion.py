@@ -1,6 +1,6 @@
 """Fusion settings and arithmetic, one definition for every backend.
 
-The PostgreSQL adapter computes the same formulas in SQL (``postgres/search_sql.py``); the
+The PostgreSQL adapter computes the same formulas in SQL (``postgres/read/sql/hybrid.py``); the
 in-memory connector and ``explain``'s arithmetic use :meth:`FusionSettings.fuse`, so a rank
 log reproduces the same order whichever backend wrote it.
 """

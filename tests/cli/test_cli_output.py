@@ -91,7 +91,7 @@ def test_bench_outside_a_checkout_says_a_checkout_is_needed(
 
 @pytest.mark.unit
 def test_every_package_data_pattern_names_files_that_exist() -> None:
-    # Migrations build their alembic Config in code (postgres/engine.py): no ini file ships.
+    # Migrations build their alembic Config in code (postgres/engine/pool.py): no ini file ships.
     root = Path(__file__).resolve().parents[2]
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     package = root / "src" / "context_search"

@@ -13,7 +13,8 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from context_search.cli import app
-from context_search.postgres import PostgresSearchConnector, bulk
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.indexes import builds
 
 pytestmark = pytest.mark.integration
 
@@ -239,7 +240,7 @@ def test_ingest_streams_in_windows_as_one_load(
     calls: list[int] = []
     loads: list[bool] = []
     real_upsert = PostgresSearchConnector.upsert
-    real_defer = bulk.defer_index_builds
+    real_defer = builds.defer_index_builds
 
     def upsert(self: PostgresSearchConnector, records: Any, **kw: Any) -> Any:
         calls.append(len(records))
@@ -250,8 +251,8 @@ def test_ingest_streams_in_windows_as_one_load(
         return real_defer(engine, **kw)
 
     monkeypatch.setattr(PostgresSearchConnector, "upsert", upsert)
-    monkeypatch.setattr(bulk, "defer_index_builds", defer)
-    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 100)
+    monkeypatch.setattr(builds, "defer_index_builds", defer)
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 100)
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     result = runner.invoke(app, ["ingest", str(path), *opts, "--batch-size", "4", "--verbose"])
     assert result.exit_code == 0, result.output

@@ -19,7 +19,7 @@ from context_search.conformance import ConnectorFactory
 from context_search.contract import ContextDocumentRecord, SearchQuery
 from context_search.errors import BackendUnavailableError, OperationCancelledError
 from context_search.postgres import AsyncPostgresSearchConnector
-from context_search.postgres.server import sqlalchemy_url
+from context_search.postgres.engine.server import sqlalchemy_url
 from context_search.testing import ConformanceSuite, temporary_schema
 from context_search.testing.aio import open_blocking
 

@@ -16,9 +16,11 @@ from psycopg import sql
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.contract import RecordOutcome
 from context_search.errors import BackendError
-from context_search.postgres import PostgresSearchConnector, bulk, ingest
-from context_search.postgres.audit import audit
-from context_search.postgres.switch import sibling_names
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.indexes import builds
+from context_search.postgres.operations.audit import audit
+from context_search.postgres.operations.switch import sibling_names
+from context_search.postgres.write import batch
 
 #: A body long enough for several chunks (1200-byte windows).
 _FILLER = " ".join(f"word{k} clause{k % 7}" for k in range(300))
@@ -49,14 +51,14 @@ def store(context_search_dsn: str, context_search_schema: str) -> Iterator[Postg
 def copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the batches that went through COPY."""
     seen: list[int] = []
-    real = ingest.copy_chunks
+    real = batch.copy_chunks
 
     def counting(*args: Any, **kw: Any) -> int:
         n = real(*args, **kw)
         seen.append(n)
         return n
 
-    monkeypatch.setattr(ingest, "copy_chunks", counting)
+    monkeypatch.setattr(batch, "copy_chunks", counting)
     return seen
 
 
@@ -76,7 +78,7 @@ def _consistent(store: PostgresSearchConnector) -> None:
 #: How many of the search indexes a large load may defer exist and are valid.
 _SEARCH_INDEXES_VALID = (
     "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-    f"WHERE i.indisvalid AND c.relname IN {(bulk.VECTOR_INDEX, *bulk.LEXICAL_INDEXES)}"
+    f"WHERE i.indisvalid AND c.relname IN {(builds.VECTOR_INDEX, *builds.LEXICAL_INDEXES)}"
 )
 
 
@@ -87,7 +89,7 @@ def _vector_index_valid(dsn: str, schema: str) -> bool:
             schema,
             "SELECT COALESCE(bool_and(i.indisvalid), false) FROM pg_index i "
             "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = "
-            f"'{bulk.VECTOR_INDEX}' AND i.indrelid = CAST('chunks' AS regclass)",
+            f"'{builds.VECTOR_INDEX}' AND i.indrelid = CAST('chunks' AS regclass)",
         )
     )
 
@@ -121,7 +123,7 @@ def test_bulk_batch_matches_the_row_path(
     vectors = "SELECT array_agg(embedding::real[] ORDER BY doc_id, ordinal) FROM chunks"
     bulk_vectors = np.array(_one(context_search_dsn, context_search_schema, vectors))
     # The same records again through the row path (COPY disabled) rewrite identical rows.
-    monkeypatch.setattr(ingest, "COPY_MIN_CHUNKS", 10**9)
+    monkeypatch.setattr(batch, "COPY_MIN_CHUNKS", 10**9)
     store.upsert([_doc(i, source_revision="again") for i in range(120)], batch_size=60)
     row_view = [_one(context_search_dsn, context_search_schema, q) for q in (summary, postings)]
     assert row_view == bulk_view
@@ -138,7 +140,7 @@ def test_bulk_batch_is_atomic_when_it_fails_midway(
     store: PostgresSearchConnector,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = ingest.copy_chunks
+    real = batch.copy_chunks
     calls: list[int] = []
 
     def fail_second(*args: Any, **kw: Any) -> int:
@@ -148,8 +150,8 @@ def test_bulk_batch_is_atomic_when_it_fails_midway(
             raise RuntimeError("injected failure after the merge")
         return n
 
-    monkeypatch.setattr(ingest, "copy_chunks", fail_second)
-    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)  # the vector index is deferred too
+    monkeypatch.setattr(batch, "copy_chunks", fail_second)
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)  # the vector index is deferred too
     with pytest.raises(RuntimeError, match="injected"):
         store.upsert([_doc(i) for i in range(120)], batch_size=60)
     assert len(calls) == 2
@@ -165,7 +167,7 @@ def test_bulk_batch_is_atomic_when_it_fails_midway(
     # An error never leaves the vector index missing.
     assert _vector_index_valid(context_search_dsn, context_search_schema)
     # Running the call again finishes the job: the committed half is unchanged.
-    monkeypatch.setattr(ingest, "copy_chunks", real)
+    monkeypatch.setattr(batch, "copy_chunks", real)
     report = store.upsert([_doc(i) for i in range(120)], batch_size=60)
     outcomes = [o for _, o in report.outcomes]
     assert outcomes == [RecordOutcome.UNCHANGED] * 60 + [RecordOutcome.INSERTED] * 60
@@ -265,8 +267,8 @@ def test_large_load_builds_the_vector_index_afterwards_and_searches_stay_correct
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store.upsert([_doc(i) for i in range(10)])
-    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
-    real = ingest.copy_chunks
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)
+    real = batch.copy_chunks
     during: list[tuple[bool, list[str]]] = []
 
     def probing(*args: Any, **kw: Any) -> int:
@@ -279,7 +281,7 @@ def test_large_load_builds_the_vector_index_afterwards_and_searches_stay_correct
         )
         return real(*args, **kw)
 
-    monkeypatch.setattr(ingest, "copy_chunks", probing)
+    monkeypatch.setattr(batch, "copy_chunks", probing)
     store.upsert([_doc(i) for i in range(10, 200)], batch_size=100)
     assert during and not any(valid for valid, _ in during)  # no row-by-row HNSW upkeep
     assert all(ids and ids[0] == "b00003" for _, ids in during)  # searches stay right
@@ -300,10 +302,10 @@ def _kill_mid_load(dsn: str, schema: str) -> None:
                 "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relname = ANY(%s)",
-                (schema, list(bulk.DEFERRABLE)),
+                (schema, list(builds.DEFERRABLE)),
             ).fetchall()
         )
-        note = bulk._MARKER + json.dumps(definitions)
+        note = builds._MARKER + json.dumps(definitions)
         conn.execute(sql.SQL("COMMENT ON TABLE chunks IS {}").format(sql.Literal(note)))
         for name in definitions:
             conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
@@ -313,13 +315,13 @@ def test_indexes_a_killed_load_left_missing_are_rebuilt(
     context_search_dsn: str, context_search_schema: str, store: PostgresSearchConnector
 ) -> None:
     store.upsert([_doc(i) for i in range(5)])
-    assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
+    assert not builds.ensure_indexes(store.engine, store.index_settings.dimension)
     _kill_mid_load(context_search_dsn, context_search_schema)
     assert not _vector_index_valid(context_search_dsn, context_search_schema)
-    built = bulk.ensure_indexes(store.engine, store.index_settings.dimension)
-    assert sorted(built) == sorted(bulk.DEFERRABLE)
+    built = builds.ensure_indexes(store.engine, store.index_settings.dimension)
+    assert sorted(built) == sorted(builds.DEFERRABLE)
     assert _vector_index_valid(context_search_dsn, context_search_schema)
-    assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
+    assert not builds.ensure_indexes(store.engine, store.index_settings.dimension)
 
 
 def test_an_index_dropped_on_purpose_stays_dropped(
@@ -331,7 +333,7 @@ def test_an_index_dropped_on_purpose_stays_dropped(
                 sql.Identifier(context_search_schema), sql.Identifier("ix_chunks_tsv_gin")
             )
         )
-    assert not bulk.ensure_indexes(store.engine, store.index_settings.dimension)
+    assert not builds.ensure_indexes(store.engine, store.index_settings.dimension)
 
 
 def test_a_configuration_switch_builds_the_new_vector_index_after_loading(
@@ -341,10 +343,10 @@ def test_a_configuration_switch_builds_the_new_vector_index_after_loading(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store.upsert([_doc(i) for i in range(60)])
-    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)
     shadow, _ = sibling_names(context_search_schema)
     states: list[tuple[bool, bool]] = []
-    real = ingest.replace_chunks
+    real = batch.replace_chunks
 
     def probing(*args: Any, **kw: Any) -> int:
         states.append(
@@ -355,7 +357,7 @@ def test_a_configuration_switch_builds_the_new_vector_index_after_loading(
         )
         return real(*args, **kw)
 
-    monkeypatch.setattr("context_search.postgres.jobs.replace_chunks", probing)
+    monkeypatch.setattr("context_search.postgres.write.jobs.replace_chunks", probing)
     with PostgresSearchConnector.open(
         context_search_dsn,
         embedder=HashingEmbedder(),
@@ -378,7 +380,7 @@ def test_next_batch_is_prepared_while_one_writes_and_a_failure_reports_what_comm
     store: PostgresSearchConnector,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = ingest.write_batch
+    real = batch.write_batch
     calls: list[int] = []
 
     def fail_third(*args: Any, **kw: Any) -> Any:
@@ -387,14 +389,14 @@ def test_next_batch_is_prepared_while_one_writes_and_a_failure_reports_what_comm
             raise BackendError("injected", details={"sqlstate": "XX000"})
         return real(*args, **kw)
 
-    monkeypatch.setattr("context_search.postgres.writes.write_batch", fail_third)
+    monkeypatch.setattr("context_search.postgres.write.writes.write_batch", fail_third)
     with pytest.raises(BackendError) as caught:
         store.upsert([_doc(i) for i in range(50)], batch_size=10)
     assert caught.value.details["committed"] == 20
     assert caught.value.details["committed_batches"] == 2
     assert _one(context_search_dsn, context_search_schema, "SELECT count(*) FROM documents") == 20
     _consistent(store)
-    monkeypatch.setattr("context_search.postgres.writes.write_batch", real)
+    monkeypatch.setattr("context_search.postgres.write.writes.write_batch", real)
     seen: list[tuple[int, int]] = []
     report = store.upsert(
         [_doc(i) for i in range(50)], batch_size=10, progress=lambda a, b: seen.append((a, b))
@@ -412,8 +414,8 @@ def test_initial_load_builds_the_search_indexes_afterwards(
     store: PostgresSearchConnector,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
-    real = ingest.copy_chunks
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)
+    real = batch.copy_chunks
     present = _SEARCH_INDEXES_VALID
     during: list[tuple[int, list[str]]] = []
 
@@ -424,7 +426,7 @@ def test_initial_load_builds_the_search_indexes_afterwards(
         )
         return real(*args, **kw)
 
-    monkeypatch.setattr(ingest, "copy_chunks", probing)
+    monkeypatch.setattr(batch, "copy_chunks", probing)
     store.upsert([_doc(i) for i in range(120)], batch_size=40)
     assert [n for n, _ in during] == [0, 0, 0]
     assert all(ids[:1] == ["b00003"] for _, ids in during[1:])  # searches stay right
@@ -445,7 +447,7 @@ def test_opening_the_index_rebuilds_indexes_a_killed_load_left_missing(
         context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
     ) as reopened:
         assert _vector_index_valid(context_search_dsn, context_search_schema)
-        assert not bulk.ensure_indexes(reopened.engine, reopened.index_settings.dimension)
+        assert not builds.ensure_indexes(reopened.engine, reopened.index_settings.dimension)
         hits = reopened.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
         assert hits[0].doc_id == "b00003"
 
@@ -458,7 +460,7 @@ def test_bulk_load_groups_several_upserts_into_one_load(
 ) -> None:
     # A corpus streamed in windows: every window is too small to defer on its own, the load
     # as a whole is not; the indexes are built once, after the last window.
-    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)
     present = _SEARCH_INDEXES_VALID
     seen: list[int] = []
     with store.bulk_load(expected_chunks=120) as load:
@@ -486,7 +488,7 @@ def test_a_small_bulk_load_keeps_the_indexes_and_a_failed_one_rebuilds_them(
         store.upsert([_doc(i) for i in range(5, 10)])
         assert load.decided and not load.deferred
         assert _vector_index_valid(context_search_dsn, context_search_schema)
-    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 10)
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 10)
     during: list[bool] = []
 
     def broken_stream() -> None:
@@ -510,7 +512,7 @@ def test_rerunning_an_unchanged_load_rebuilds_nothing(
 ) -> None:
     # The same corpus streamed again (an idempotent re-run of `ingest`): nothing changes, so
     # nothing may drop the search indexes, however large the load is.
-    monkeypatch.setattr(bulk, "DEFER_MIN_CHUNKS", 50)
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)
     records = [_doc(i) for i in range(40)]
     store.upsert(records)
     with store.bulk_load(expected_chunks=10_000) as load:

@@ -20,7 +20,7 @@ from context_search.postgres import (
     create_async_store_engine,
     create_store_engine,
 )
-from context_search.postgres.engine import close_store_engine
+from context_search.postgres.engine.pool import close_store_engine
 
 _ORDERS = "CREATE TABLE IF NOT EXISTS orders (id text PRIMARY KEY)"
 

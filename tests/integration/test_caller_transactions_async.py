@@ -18,7 +18,7 @@ from context_search import Embedder
 from context_search.contract import ContextDocumentRecord, SearchQuery
 from context_search.errors import InvalidQueryError, NotFoundError
 from context_search.postgres import AsyncPostgresSearchConnector, PostgresSearchConnector
-from context_search.postgres.server import sqlalchemy_url
+from context_search.postgres.engine.server import sqlalchemy_url
 
 _QUERY = SearchQuery(query="blue widget invoice", allowed_scopes=["s"])
 _SCOPES_SQL = text("SELECT current_setting('context_search.allowed_scopes', true)")

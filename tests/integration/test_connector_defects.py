@@ -24,8 +24,8 @@ from context_search.errors import (
     OperationCancelledError,
 )
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.cancel import Cancellation
-from context_search.postgres.engine import ConnectionSettings
+from context_search.postgres.read.cancel import Cancellation
+from context_search.postgres.settings import ConnectionSettings
 
 APP = "cs-test-defects"
 QUERY = SearchQuery(query="aurora restart", allowed_scopes=["team"])

@@ -15,7 +15,7 @@ from context_search.conformance.corpus import TEAM, standard_corpus
 from context_search.contract import SearchConnector
 from context_search.mcp_server import build_server
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.admin import drop_index
+from context_search.postgres.operations.admin import drop_index
 from tests.unit.test_gateway import AGENT_HIT_FIELDS, SCENARIOS, Factory
 
 

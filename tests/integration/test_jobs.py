@@ -22,7 +22,7 @@ from psycopg import sql
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import IndexStaleError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.jobs import JobWorker, queue_status
+from context_search.postgres.write.jobs import JobWorker, queue_status
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from context_search import HashingEmbedder
 from context_search.contract import ContextDocumentRecord, ScopeChange, SearchQuery
 from context_search.errors import ScopeChangeRefusedError
 from context_search.postgres import AsyncPostgresSearchConnector, PostgresSearchConnector
-from context_search.postgres.bulk import COPY_MIN_CHUNKS
+from context_search.postgres.write.copy import COPY_MIN_CHUNKS
 
 
 @pytest.fixture

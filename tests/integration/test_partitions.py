@@ -25,9 +25,13 @@ from context_search import (
 from context_search.conformance.corpus import RESTRICTED, TEAM
 from context_search.errors import InvalidConfigError, InvalidInputError, UnauthorizedError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.bulk import DEFERRABLE
-from context_search.postgres.partitions import LockWait, partition_by_scope, partition_index
-from context_search.postgres.switch import switch_configuration
+from context_search.postgres.indexes.builds import DEFERRABLE
+from context_search.postgres.operations.partitions import (
+    LockWait,
+    partition_by_scope,
+    partition_index,
+)
+from context_search.postgres.operations.switch import switch_configuration
 from tests.integration import test_conformance_postgres
 
 _WORDS = [
@@ -423,7 +427,7 @@ def test_a_move_that_never_gets_its_lock_fails_through_the_public_call(
     """``partition_scopes`` behind a long transaction: ``BACKEND_ERROR`` with SQLSTATE
     55P03 once its tries are spent, and nothing moved (the tables are still plain)."""
     from context_search.errors import BackendError
-    from context_search.postgres import partitions
+    from context_search.postgres.operations import partitions
 
     short = LockWait(wait_s=0.05, attempts=2, pause_s=0.0)
     monkeypatch.setattr(partitions, "LockWait", lambda: short)  # the default, shortened

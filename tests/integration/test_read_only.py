@@ -34,15 +34,14 @@ from context_search import (
 from context_search.cli import app
 from context_search.contract import GapReport
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.engine import (
-    ConnectionSettings,
-    close_store_engine,
-    create_store_engine,
+from context_search.postgres.engine.migrations import (
     current_revision,
     downgrade,
     head_revision,
     migrate,
 )
+from context_search.postgres.engine.pool import close_store_engine, create_store_engine
+from context_search.postgres.settings import ConnectionSettings
 
 runner = CliRunner()
 

@@ -1,7 +1,7 @@
 """Reads on a streaming replica, writes on the primary, read-your-writes through commit tokens.
 
 The replica is real: ``context_search_replica_dsn`` streams from the session's server (see
-``context_search.postgres.standby``), and the tests that stop a replica start their own.
+``context_search.testing.standby``), and the tests that stop a replica start their own.
 Replay is paused with ``pg_wal_replay_pause()`` to hold a replica provably behind a write,
 so "never served stale past a token" is shown on a replica that really is stale.
 """
@@ -30,10 +30,10 @@ from context_search import (
 )
 from context_search.conformance import ConnectorFactory
 from context_search.postgres import AsyncPostgresSearchConnector, PostgresSearchConnector
-from context_search.postgres.replicas import server_name
-from context_search.postgres.routing import ReplicaSettings
-from context_search.postgres.standby import temporary_replica
+from context_search.postgres.replicas.routed import server_name
+from context_search.postgres.settings import ReplicaSettings
 from context_search.testing import ConformanceSuite, temporary_schema
+from context_search.testing.standby import temporary_replica
 
 
 def _doc(
@@ -413,7 +413,7 @@ def test_a_replica_behind_a_configuration_switch_hands_the_search_to_the_primary
 ) -> None:
     """Until a standby replays the swap it holds the old configuration: a connector opened
     with the new one is answered by the primary, not refused and not answered wrongly."""
-    from context_search.postgres.switch import switch_configuration
+    from context_search.postgres.operations.switch import switch_configuration
 
     query = SearchQuery(query="aurora", allowed_scopes=["team"])
     token = split.upsert([_doc("runbook")]).commit_token

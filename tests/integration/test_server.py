@@ -20,7 +20,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import context_search
 from context_search.errors import BackendUnavailableError
-from context_search.postgres.server import (
+from context_search.postgres.engine.server import (
     ENV_VAR,
     ServerHandle,
     embedded_settings,
@@ -39,7 +39,7 @@ _CHILD = """
 import json, sys
 from pathlib import Path
 import psycopg
-from context_search.postgres.server import resolve_server
+from context_search.postgres.engine.server import resolve_server
 handle = resolve_server(data_dir=Path(sys.argv[1]))
 with psycopg.connect(handle.dsn) as conn:
     started = conn.execute("select pg_postmaster_start_time()::text").fetchone()[0]

@@ -16,15 +16,10 @@ from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.contract import index_config_revision
 from context_search.errors import EmbeddingFailedError, RetrieverUnconfiguredError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.engine import (
-    close_store_engine,
-    create_store_engine,
-    current_revision,
-    downgrade,
-    migrate,
-)
-from context_search.postgres.models import Base
-from context_search.postgres.server import temporary_server
+from context_search.postgres.engine.migrations import current_revision, downgrade, migrate
+from context_search.postgres.engine.models import Base
+from context_search.postgres.engine.pool import close_store_engine, create_store_engine
+from context_search.postgres.engine.server import temporary_server
 
 
 @pytest.fixture

@@ -15,9 +15,14 @@ from psycopg import sql
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import RetrieverUnconfiguredError
-from context_search.postgres import PostgresSearchConnector, swap, switch
-from context_search.postgres.audit import audit
-from context_search.postgres.switch import sibling_names, switch_configuration, switch_status
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.operations import swap, switch
+from context_search.postgres.operations.audit import audit
+from context_search.postgres.operations.switch import (
+    sibling_names,
+    switch_configuration,
+    switch_status,
+)
 
 OLD, NEW = HashingEmbedder(384), HashingEmbedder(256)
 
@@ -327,7 +332,7 @@ def test_writers_wait_at_the_gate_the_switch_closes(
     a writer could slip into the retired schema during the swap."""
     import threading
 
-    from context_search.postgres.gate import GATE, lock_key
+    from context_search.postgres.write.gate import GATE, lock_key
 
     finished = threading.Event()
     with psycopg.connect(context_search_dsn, autocommit=True) as conn:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from context_search.postgres.server import ENV_VAR
+from context_search.postgres.engine.server import ENV_VAR
 
 pytest_plugins = ["pytester"]
 

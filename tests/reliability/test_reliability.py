@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from benchmarks import reliability
 
-from context_search.postgres.server import temporary_server
+from context_search.postgres.engine.server import temporary_server
 
 pytestmark = pytest.mark.integration
 

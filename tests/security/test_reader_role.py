@@ -23,7 +23,7 @@ from context_search import HashingEmbedder
 from context_search.contract import ContextDocumentRecord, SearchQuery
 from context_search.errors import NotFoundError
 from context_search.postgres import AsyncPostgresSearchConnector, PostgresSearchConnector
-from context_search.postgres import session as read_session
+from context_search.postgres.read import session as read_session
 
 pytestmark = pytest.mark.integration
 

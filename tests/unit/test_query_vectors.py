@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from context_search import HashingEmbedder
-from context_search.postgres.connector import QueryVectors
+from context_search.postgres.read.query_vectors import QueryVectors
 
 TEAM = frozenset({"team"})
 

@@ -13,7 +13,8 @@ from context_search import (
     InvalidQueryError,
     SearchQuery,
 )
-from context_search.postgres.routing import PRIMARY, ReplicaSettings, Router, consistency_step
+from context_search.postgres.replicas.routing import PRIMARY, Router, consistency_step
+from context_search.postgres.settings import ReplicaSettings
 from context_search.validation import format_position, validate_consistency
 
 pytestmark = pytest.mark.unit

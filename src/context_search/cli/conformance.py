@@ -43,8 +43,8 @@ def _postgres_factory(dsn: str | None, *, asyncio: bool = False) -> ConnectorFac
     ``asyncio``: the async connector, driven on an event loop through its sync face."""
     from context_search.embedding import HashingEmbedder
     from context_search.postgres import PostgresSearchConnector
-    from context_search.postgres.admin import drop_index
-    from context_search.postgres.server import resolve_server
+    from context_search.postgres.engine.server import resolve_server
+    from context_search.postgres.operations.admin import drop_index
     from context_search.testing.aio import open_blocking
 
     server = resolve_server(dsn)

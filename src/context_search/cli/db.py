@@ -23,16 +23,12 @@ from context_search.cli.selection import active
 from context_search.cli.status import sqlite_files
 from context_search.cli.stores import probe_postgres, sqlite_is_index, sqlite_path
 from context_search.errors import InvalidConfigError
-from context_search.postgres.admin import drop_index
-from context_search.postgres.engine import (
-    close_store_engine,
-    create_store_engine,
-    current_revision,
-    migrate,
-)
-from context_search.postgres.opening import index_not_found
-from context_search.postgres.partitions import partition_index
-from context_search.postgres.server import resolve_server
+from context_search.postgres.connector.opening import index_not_found
+from context_search.postgres.engine.migrations import current_revision, migrate
+from context_search.postgres.engine.pool import close_store_engine, create_store_engine
+from context_search.postgres.engine.server import resolve_server
+from context_search.postgres.operations.admin import drop_index
+from context_search.postgres.operations.partitions import partition_index
 from context_search.postgres.settings import validate_schema
 
 

@@ -80,8 +80,8 @@ def _demo_store(
     deletes an index of yours."""
     if not sqlite_selected():
         from context_search.postgres import PostgresSearchConnector
-        from context_search.postgres.admin import drop_index
-        from context_search.postgres.server import resolve_server
+        from context_search.postgres.engine.server import resolve_server
+        from context_search.postgres.operations.admin import drop_index
 
         server = resolve_server(dsn)
         drop_index(server.dsn, schema)

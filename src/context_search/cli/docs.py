@@ -48,14 +48,11 @@ def _postgres(
     dsn: str | None, schema: str, scopes: frozenset[str], superseded: bool, limit: int
 ) -> list[dict[str, str]]:
     from context_search.cli.stores import probe_postgres
-    from context_search.postgres.engine import (
-        ConnectionSettings,
-        close_store_engine,
-        create_store_engine,
-        require_head,
-    )
-    from context_search.postgres.opening import index_not_found
-    from context_search.postgres.session import ReadSessions
+    from context_search.postgres.connector.opening import index_not_found
+    from context_search.postgres.engine.migrations import require_head
+    from context_search.postgres.engine.pool import close_store_engine, create_store_engine
+    from context_search.postgres.read.session import ReadSessions
+    from context_search.postgres.settings import ConnectionSettings
 
     index = probe_postgres(dsn, schema)
     if index.revision is None:

@@ -34,7 +34,7 @@ from context_search.cli.common import (
     sqlite_selected,
 )
 from context_search.errors import ContextSearchError
-from context_search.postgres.jobs import queue_status
+from context_search.postgres.write.jobs import queue_status
 
 
 def reindex(

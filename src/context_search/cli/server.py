@@ -1,7 +1,7 @@
 """``context-search server status|stop``: the embedded PostgreSQL server.
 
 Commands start the embedded server on first use and leave it running (restarting it per
-call would cost a second each time; see ``postgres/server.py``). These two commands show
+call would cost a second each time; see ``postgres/engine/server.py``). These two commands show
 it and stop it. Neither starts it, and neither touches a server named by
 ``$CONTEXT_SEARCH_DSN``: that one belongs to whoever runs it.
 """
@@ -13,7 +13,7 @@ import os
 from rich.console import Console
 
 from context_search.cli.common import JsonOpt, Verbose, cli_errors, echo_json
-from context_search.postgres.server import (
+from context_search.postgres.engine.server import (
     ENV_VAR,
     default_data_dir,
     embedded_pid,

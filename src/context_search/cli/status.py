@@ -32,16 +32,13 @@ from context_search.cli.common import (
 from context_search.cli.stores import probe_postgres, sqlite_path
 from context_search.cli.words import plural
 from context_search.errors import InvalidConfigError
-from context_search.postgres.audit import audit
-from context_search.postgres.engine import (
-    close_store_engine,
-    create_store_engine,
-    head_revision,
-    translate_errors,
-)
-from context_search.postgres.jobs import queue_status
-from context_search.postgres.opening import index_not_found
-from context_search.postgres.switch import switch_status
+from context_search.postgres.connector.opening import index_not_found
+from context_search.postgres.engine.errors import translate_errors
+from context_search.postgres.engine.migrations import head_revision
+from context_search.postgres.engine.pool import close_store_engine, create_store_engine
+from context_search.postgres.operations.audit import audit
+from context_search.postgres.operations.switch import switch_status
+from context_search.postgres.write.jobs import queue_status
 
 __all__ = ["sqlite_files", "status"]
 

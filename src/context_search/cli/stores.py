@@ -29,8 +29,8 @@ from context_search.embedding import (
 )
 from context_search.errors import BackendError, BackendUnavailableError, InvalidConfigError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.opening import EXISTING_INDEXES, SIBLING, index_not_found
-from context_search.postgres.server import ServerHandle, resolve_server
+from context_search.postgres.connector.opening import EXISTING_INDEXES, SIBLING, index_not_found
+from context_search.postgres.engine.server import ServerHandle, resolve_server
 from context_search.postgres.settings import validate_schema
 from context_search.sqlite import SQLiteSearchConnector
 

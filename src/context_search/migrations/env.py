@@ -13,7 +13,7 @@ import pgvector.sqlalchemy  # noqa: F401 - registers the vector type for reflect
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool, text
 
-from context_search.postgres.models import Base
+from context_search.postgres.engine.models import Base
 from context_search.postgres.settings import DEFAULT_SCHEMA, quote_schema
 
 config = context.config
@@ -47,7 +47,7 @@ def run_migrations_online() -> None:
     if connection is not None:
         _configure(connection)
         return
-    from context_search.postgres.server import resolve_server, sqlalchemy_url
+    from context_search.postgres.engine.server import resolve_server, sqlalchemy_url
 
     dsn = _option("dsn")
     engine = create_engine(sqlalchemy_url(resolve_server(dsn).dsn), poolclass=pool.NullPool)

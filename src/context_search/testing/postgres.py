@@ -43,7 +43,7 @@ def provision_server() -> Iterator[str]:
     testcontainers is installed, else the embedded server in a temp dir, deleted on exit.
     A configured DSN that does not answer raises ``BackendUnavailableError``, never falls back.
     """
-    from context_search.postgres.server import ENV_VAR, resolve_server, temporary_server
+    from context_search.postgres.engine.server import ENV_VAR, resolve_server, temporary_server
 
     with ExitStack() as stack:
         if os.environ.get(ENV_VAR, "").strip():
@@ -64,8 +64,8 @@ def provision_replica(primary_dsn: str) -> Iterator[str]:
     its own socket and port), stopped and deleted on exit. No replica is a setup error, not
     a skip.
     """
-    from context_search.postgres.server import resolve_server
-    from context_search.postgres.standby import temporary_replica
+    from context_search.postgres.engine.server import resolve_server
+    from context_search.testing.standby import temporary_replica
 
     configured = os.environ.get(REPLICA_ENV_VAR, "").strip()
     if configured:

@@ -2,7 +2,7 @@
 evaluating clauses against a record in Python.
 
 A masked field behaves as if it were empty: filtering on it must not reveal its value.
-The PostgreSQL adapter translates the same clauses to SQL (``postgres/filter_sql.py``);
+The PostgreSQL adapter translates the same clauses to SQL (``postgres/read/sql/filters.py``);
 the conformance suite checks both agree.
 """
 

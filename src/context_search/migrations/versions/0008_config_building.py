@@ -5,7 +5,7 @@ Revises: 0007
 Create Date: 2026-12-05
 
 A model or chunking change is built in a sibling schema while this one keeps answering
-(``postgres/switch.py``). ``building_since`` marks the configuration under construction,
+(``postgres/operations/switch.py``). ``building_since`` marks the configuration under construction,
 so searches can say in their evidence which configuration is coming and ``status`` can
 show the build's progress.
 """

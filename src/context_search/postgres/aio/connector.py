@@ -61,17 +61,21 @@ from context_search.postgres.aio.driver import (
     close_async_store_engine,
     create_async_store_engine,
 )
-from context_search.postgres.caller import AsyncCallerConnection, run_joined
-from context_search.postgres.connector import PostgresSearchConnector
-from context_search.postgres.engine import ConnectionSettings
-from context_search.postgres.ingest import IndexSettings, ProgressCallback
-from context_search.postgres.jobs import JobProgress
-from context_search.postgres.opening import replica_targets
-from context_search.postgres.overwrites import check_overwrites
-from context_search.postgres.routing import ReplicaSettings
-from context_search.postgres.server import resolve_server
-from context_search.postgres.settings import DEFAULT_SCHEMA, validate_schema
-from context_search.postgres.statistics import refresh_statistics
+from context_search.postgres.connector.caller import AsyncCallerConnection, run_joined
+from context_search.postgres.connector.front import PostgresSearchConnector
+from context_search.postgres.connector.opening import replica_targets
+from context_search.postgres.engine.server import resolve_server
+from context_search.postgres.indexes.statistics import refresh_statistics
+from context_search.postgres.settings import (
+    DEFAULT_SCHEMA,
+    ConnectionSettings,
+    IndexSettings,
+    ReplicaSettings,
+    validate_schema,
+)
+from context_search.postgres.write.batch import ProgressCallback
+from context_search.postgres.write.jobs import JobProgress
+from context_search.postgres.write.overwrites import check_overwrites
 from context_search.validation import OnStale, validate_records
 
 __all__ = ["AsyncPostgresSearchConnector"]
@@ -231,7 +235,7 @@ class AsyncPostgresSearchConnector:
         self, connection: AsyncCallerConnection, action: str, call: Callable[[Any], T]
     ) -> T:
         """``call`` on a SQLAlchemy connection inside the caller's open transaction on
-        ``connection`` (see :mod:`~context_search.postgres.caller`)."""
+        ``connection`` (see :mod:`~context_search.postgres.connector.caller`)."""
         return await run_joined(
             self._engine, connection, call, schema=self._core.schema, action=action
         )

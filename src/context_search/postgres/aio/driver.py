@@ -23,10 +23,8 @@ it here:
 from __future__ import annotations
 
 import asyncio
-import sys
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -40,14 +38,10 @@ from sqlalchemy.util import await_
 from sqlalchemy.util.concurrency import in_greenlet
 
 from context_search.embedding import Embedder, Vector
-from context_search.postgres.engine import (
-    ConnectionSettings,
-    NoticeHandlersOnce,
-    load_json,
-    pool_arguments,
-)
-from context_search.postgres.server import sqlalchemy_url
-from context_search.postgres.settings import DEFAULT_SCHEMA
+from context_search.postgres.engine.drivers import SyncDriverConnection
+from context_search.postgres.engine.pool import NoticeHandlersOnce, load_json, pool_arguments
+from context_search.postgres.engine.server import sqlalchemy_url
+from context_search.postgres.settings import DEFAULT_SCHEMA, ConnectionSettings
 
 __all__ = [
     "AsyncDialect",
@@ -59,126 +53,6 @@ __all__ = [
 T = TypeVar("T")
 
 _DRIVER = "context_search_async"
-
-
-@contextmanager
-def _entered(manager: Any) -> Iterator[Any]:
-    """An async context manager of psycopg's entered and left from synchronous code, each
-    step awaited on the loop (inside the greenlet of an async call)."""
-    value = await_(manager.__aenter__())
-    try:
-        yield value
-    except BaseException:
-        await_(manager.__aexit__(*sys.exc_info()))
-        raise
-    await_(manager.__aexit__(None, None, None))
-
-
-class _Copy:
-    """A synchronous view of psycopg's ``AsyncCopy``."""
-
-    def __init__(self, copy: Any) -> None:
-        self._copy = copy
-
-    def set_types(self, types: Sequence[Any]) -> None:
-        self._copy.set_types(types)
-
-    def write_row(self, row: Sequence[Any]) -> None:
-        await_(self._copy.write_row(row))
-
-    def write(self, data: bytes) -> None:
-        await_(self._copy.write(data))
-
-
-class _Cursor:
-    """A synchronous view of psycopg's ``AsyncCursor``."""
-
-    def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
-
-    def __enter__(self) -> _Cursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        await_(self._cursor.close())
-
-    def execute(self, query: Any, params: Any = None) -> _Cursor:
-        await_(self._cursor.execute(query, params))
-        return self
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cursor.rowcount)
-
-    @property
-    def pgresult(self) -> Any:
-        return self._cursor.pgresult
-
-    def fetchone(self) -> Any:
-        return await_(self._cursor.fetchone())
-
-    def fetchall(self) -> list[Any]:
-        rows: list[Any] = await_(self._cursor.fetchall())
-        return rows
-
-    @contextmanager
-    def copy(self, statement: Any) -> Iterator[_Copy]:
-        with _entered(self._cursor.copy(statement)) as copy:
-            yield _Copy(copy)
-
-
-class SyncDriverConnection:
-    """A synchronous view of psycopg's ``AsyncConnection`` for the shared code that uses
-    the driver directly; callable only inside the greenlet of an async call."""
-
-    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        self._conn = connection
-
-    def cursor(self) -> _Cursor:
-        return _Cursor(self._conn.cursor())
-
-    def execute(self, query: Any, params: Any = None) -> _Cursor:
-        return _Cursor(await_(self._conn.execute(query, params)))
-
-    def raw_cursor(self) -> _Cursor:
-        """``psycopg.RawCursor(connection)``: ``$n`` parameters, sent as they are."""
-        return _Cursor(psycopg.AsyncRawCursor(self._conn))
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """``Connection.transaction()``: one transaction (or savepoint) around the block."""
-        with _entered(self._conn.transaction()):
-            yield
-
-    def commit(self) -> None:
-        await_(self._conn.commit())
-
-    def rollback(self) -> None:
-        await_(self._conn.rollback())
-
-    @property
-    def autocommit(self) -> bool:
-        return self._conn.autocommit
-
-    @autocommit.setter
-    def autocommit(self, value: bool) -> None:
-        await_(self._conn.set_autocommit(value))
-
-    @property
-    def adapters(self) -> Any:
-        return self._conn.adapters
-
-    @property
-    def broken(self) -> bool:
-        return self._conn.broken
-
-    @property
-    def closed(self) -> bool:
-        return self._conn.closed
-
-    @property
-    def info(self) -> Any:
-        return self._conn.info
 
 
 class AsyncDialect(PGDialectAsync_psycopg):

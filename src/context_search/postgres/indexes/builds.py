@@ -1,0 +1,266 @@
+"""Search indexes built once after a large load instead of maintained row by row.
+
+A load that is large relative to the index (:func:`defer_index_builds`: an empty index, a
+rebuild after a configuration change) drops the HNSW index with ``DROP INDEX CONCURRENTLY``
+first and builds it once at the end with ``CREATE INDEX CONCURRENTLY``, outside any
+transaction, so neither blocks readers or other writers (not on tables partitioned by scope,
+whose indexes cannot be built concurrently: there every partition's graph takes its rows
+as they come); a load into an empty index does the
+same with the lexical search indexes (GIN on ``tsv``, postings by lexeme and impact).
+Meanwhile searches stay correct: the vector arm computes exact distances, the lexical stage
+reads the tables (slower as the load grows). A session advisory lock marks a load in
+progress, and the dropped indexes' definitions stay noted in the comment of ``chunks`` until
+they are built again: :func:`ensure_indexes` (run whenever a connector opens the index)
+rebuilds what a killed load left missing, or a failed build left invalid, unless a load
+still holds the lock. An index dropped by anything else (a migration) stays dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+import psycopg.sql
+from sqlalchemy import Engine, text
+
+from context_search.postgres.engine.drivers import autocommit_session, driver_of
+from context_search.postgres.engine.errors import translate_errors
+from context_search.postgres.indexes.statistics import vacuum_after_write
+
+__all__ = [
+    "DEFERRABLE",
+    "DEFER_MIN_CHUNKS",
+    "IS_PARTITIONED",
+    "LEXICAL_INDEXES",
+    "VECTOR_INDEX",
+    "build_settings",
+    "defer_index_builds",
+    "ensure_indexes",
+    "large_rebuild_queued",
+    "load_lock_key",
+    "pending_builds",
+    "should_defer",
+    "tables_partitioned",
+]
+
+log = logging.getLogger(__name__)
+
+#: A load builds the vector index afterwards when it writes at least this many chunks and
+#: at least a quarter of what the index holds: a bulk build costs a fraction of inserting
+#: row by row, so rebuilding the whole index pays off from about that ratio.
+DEFER_MIN_CHUNKS = 2000
+DEFER_RATIO = 0.25
+
+#: Search-only indexes a large load may build afterwards. Their definitions are read from the
+#: catalog before the drop and kept in the comment of ``chunks`` until they are built again,
+#: so a process killed in between leaves a note of exactly what to rebuild.
+VECTOR_INDEX = "ix_chunks_embedding_hnsw"
+LEXICAL_INDEXES = ("ix_chunks_tsv_gin", "ix_postings_lexeme_scope_impact")
+DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
+_MARKER = "context-search deferred index builds: "
+
+
+IS_PARTITIONED = "SELECT relkind = 'p' FROM pg_class WHERE oid = CAST('chunks' AS regclass)"
+
+
+def tables_partitioned(raw: Any) -> bool:
+    """Whether the index's tables are partitioned by scope, on a psycopg connection."""
+    return bool(raw.execute(IS_PARTITIONED).fetchone()[0])
+
+
+def should_defer(incoming_chunks: int, indexed_chunks: int) -> bool:
+    """Whether a load of ``incoming_chunks`` builds the vector index afterwards."""
+    return incoming_chunks >= DEFER_MIN_CHUNKS and incoming_chunks >= DEFER_RATIO * max(
+        indexed_chunks, 1
+    )
+
+
+def indexed_chunks(engine: Engine) -> int:
+    with translate_errors("upsert"), engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM chunks")).scalar_one())
+
+
+def large_rebuild_queued(engine: Engine) -> bool:
+    """Whether the queued index jobs rewrite a large part of the index (a configuration
+    change, a large deferred ingestion): then a worker draining them builds the vector index
+    after them."""
+    with translate_errors("reindex"), engine.connect() as conn:
+        jobs = int(
+            conn.execute(
+                text("SELECT count(*) FROM index_jobs WHERE status = 'pending' AND kind = 'index'")
+            ).scalar_one()
+        )
+        if jobs == 0:  # an idle worker's poll stays one cheap statement
+            return False
+        row = conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM chunks) AS chunks, "
+                "(SELECT count(*) FROM documents WHERE lifecycle <> 'deleted') AS docs"
+            )
+        ).one()
+    per_doc = max(1.0, row.chunks / row.docs) if row.docs else 1.0
+    return should_defer(int(jobs * per_doc), int(row.chunks))
+
+
+def load_lock_key(conn: Any) -> int:
+    """The advisory lock a load holds while it has search indexes dropped."""
+    row = conn.execute(
+        "SELECT hashtextextended(current_schema() || ':vector-index-load', 0)"
+    ).fetchone()
+    return int(row[0])
+
+
+def build_settings(rows: int, dimension: int) -> tuple[int, int]:
+    """``maintenance_work_mem`` (MB) and parallel workers for an HNSW build of ``rows``:
+    room for the whole graph (vectors plus neighbour lists, with slack) up to a quarter of
+    the machine's memory, and every core but one as a worker."""
+    graph = rows * (dimension * 4 + 16 * 2 * 8 + 64) * 1.5
+    cap = psutil.virtual_memory().total // 4
+    mem_mb = int(max(64 << 20, min(graph, cap)) // (1 << 20))
+    workers = max(0, min(7, (os.cpu_count() or 1) - 1))
+    return mem_mb, workers
+
+
+def _states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
+    """name -> (definition, valid) of the named indexes that exist."""
+    rows = raw.execute(
+        "SELECT c.relname, pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE i.indrelid IN (CAST('chunks' AS regclass), CAST('postings' AS regclass)) "
+        "AND c.relname = ANY(%s)",
+        (list(names),),
+    ).fetchall()
+    return {str(r[0]): (str(r[1]), bool(r[2])) for r in rows}
+
+
+def _build(raw: Any, name: str, definition: str, rows: int, dimension: int) -> None:
+    """Build one index with ``CREATE INDEX CONCURRENTLY`` (readers and writers go on)."""
+    mem_mb, workers = build_settings(rows, dimension)
+    raw.execute(f"SET maintenance_work_mem = '{mem_mb}MB'")
+    raw.execute(f"SET max_parallel_maintenance_workers = {workers}")
+    raw.execute("SET statement_timeout = 0")
+    ddl = "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + definition.removeprefix("CREATE INDEX ")
+    try:
+        raw.execute(ddl)
+    finally:
+        raw.execute("RESET maintenance_work_mem")
+        raw.execute("RESET max_parallel_maintenance_workers")
+        raw.execute("RESET statement_timeout")
+    state = _states(raw, [name]).get(name)
+    if state is not None and not state[1]:  # a failed concurrent build leaves it invalid
+        raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+
+
+def _note(raw: Any, definitions: dict[str, str] | None) -> None:
+    """Record (or clear) the indexes a load dropped, in the comment of ``chunks``."""
+    value = None if definitions is None else _MARKER + json.dumps(definitions, sort_keys=True)
+    raw.execute(psycopg.sql.SQL("COMMENT ON TABLE chunks IS {}").format(psycopg.sql.Literal(value)))
+
+
+def pending_builds(raw: Any) -> dict[str, str]:
+    """The indexes a load dropped and has not built again yet (noted on ``chunks``)."""
+    row = raw.execute("SELECT obj_description(CAST('chunks' AS regclass), 'pg_class')").fetchone()
+    text_ = row[0] if row else None
+    if not text_ or not str(text_).startswith(_MARKER):
+        return {}
+    # Only indexes the schema still has: a note left before a migration replaced an index
+    # must not build the old one again.
+    noted = json.loads(str(text_)[len(_MARKER) :]).items()
+    return {str(k): str(v) for k, v in noted if k in DEFERRABLE}
+
+
+@contextmanager
+def _ddl_session(engine: Engine, action: str) -> Iterator[Any]:
+    """An autocommit connection holding the load lock; yields None if another holds it."""
+    with autocommit_session(engine, action) as raw:
+        key = load_lock_key(raw)
+        if not raw.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            yield None
+            return
+        try:
+            yield raw
+        finally:
+            raw.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _count(raw: Any) -> int:
+    return int(raw.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+
+@contextmanager
+def defer_index_builds(
+    engine: Engine, *, enabled: bool, dimension: int, initial: bool = False
+) -> Iterator[None]:
+    """Around a large load: drop the vector index (and, for an ``initial`` load into an
+    empty index, the lexical search indexes too), then build them once afterwards — also
+    when the load fails, so an error never leaves one missing. Searches stay correct
+    meanwhile (exact vector distances; lexical stages read the tables). No-op unless
+    ``enabled`` or when another load already holds the indexes."""
+    if not enabled:
+        yield
+        return
+    names = [VECTOR_INDEX, *(LEXICAL_INDEXES if initial else ())]
+    with _ddl_session(engine, "upsert") as raw:
+        if raw is None:
+            yield  # another load builds the indexes when it finishes
+            return
+        if tables_partitioned(raw):
+            # Partitioned indexes cannot be dropped or built concurrently; each partition's
+            # graph takes its rows as they come.
+            yield
+            return
+        definitions = {n: d for n, (d, _) in _states(raw, names).items()}
+        if not definitions:
+            yield
+            return
+        _note(raw, {**pending_builds(raw), **definitions})
+        for name in definitions:
+            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        try:
+            yield
+        finally:
+            rows = _count(raw)
+            for name, definition in definitions.items():
+                _build(raw, name, definition, rows, dimension)
+            if all(s[1] for s in _states(raw, list(definitions)).values()):
+                _note(raw, None)
+            # Planner statistics and the visibility map right after the load, not when
+            # autovacuum gets to it: the first searches plan with the real table sizes and
+            # term distribution, and read postings by index alone (statistics.py).
+            vacuum_after_write(raw, analyze=True)
+
+
+def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
+    """Build the search indexes that a load killed between its drop and its build left
+    missing (as noted in the comment of ``chunks``) or that a failed build left invalid,
+    unless a load is running. Returns the names built."""
+    with translate_errors("ensure indexes"), engine.connect() as sa_conn:
+        raw = driver_of(sa_conn)
+        noted = pending_builds(raw)
+        invalid = [n for n, (_, valid) in _states(raw, DEFERRABLE).items() if not valid]
+        raw.rollback()
+    if not noted and not invalid:
+        return []
+    built: list[str] = []
+    with _ddl_session(engine, "ensure indexes") as raw:
+        if raw is None:
+            return []  # a load in progress builds them at its end
+        states = _states(raw, DEFERRABLE)
+        todo = {n: d for n, (d, valid) in states.items() if not valid}
+        todo.update({n: d for n, d in pending_builds(raw).items() if n not in states})
+        rows = _count(raw)
+        for name, definition in todo.items():
+            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            log.warning("building the missing index %s over %d chunks", name, rows)
+            _build(raw, name, definition, rows, dimension)
+            built.append(name)
+        noted = pending_builds(raw)
+        now = _states(raw, list(noted))
+        if len(now) == len(noted) and all(valid for _, valid in now.values()):
+            _note(raw, None)
+    return built

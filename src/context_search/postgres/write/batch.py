@@ -1,0 +1,493 @@
+"""Writing prepared records (see :mod:`context_search.postgres.write.records`) in batches: document
+rows, chunks, postings and statistics in the caller's transaction, or an index job when
+indexing is deferred.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Integer, Text
+
+from context_search.contract import Lifecycle, RecordOutcome
+from context_search.embedding import Embedder
+from context_search.postgres.read.sql.vector import vector_literal
+from context_search.postgres.settings import IndexSettings
+from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks
+from context_search.postgres.write.gate import enter_write
+from context_search.postgres.write.records import PreparedRecord
+from context_search.text import Chunk
+from context_search.validation import OverwritePlan, StoredState, plan_overwrites
+
+__all__ = [
+    "DELETE_CHUNKS",
+    "ENQUEUE_INDEX",
+    "LIFECYCLE_POSTINGS",
+    "LOCK_DOCS",
+    "STATS_DELTA",
+    "SYNC_COPIES",
+    "ChunkSource",
+    "ProgressCallback",
+    "embed_sources",
+    "replace_chunks",
+    "write_batch",
+]
+
+#: Called after each committed batch with (records done, records total).
+ProgressCallback = Callable[[int, int], None]
+
+
+_DOC_COLUMNS = (
+    "doc_id",
+    "raw_source_id",
+    "source_type",
+    "source_system",
+    "source_uri",
+    "source_hash",
+    "object_type",
+    "title",
+    "summary",
+    "body",
+    "chunk_spans",
+    "permission_scope",
+    "review_status",
+    "lifecycle",
+    "created_at",
+    "updated_at",
+    "owner",
+    "department",
+    "project",
+    "tags",
+    "entities",
+    "pii_flags",
+    "field_mask",
+    "supersedes",
+    "embedding_model",
+    "ingest_pipeline_version",
+    "metadata",
+    "content_id",
+    "source_revision",
+    "record_hash",
+)
+
+_UPSERT_DOCS = text(
+    "INSERT INTO documents (" + ", ".join(_DOC_COLUMNS) + ", indexed_content_id, "
+    "indexed_config_revision) "
+    "SELECT " + ", ".join(f"r.{c}" for c in _DOC_COLUMNS) + ", r.content_id, :revision "
+    "FROM jsonb_populate_recordset(NULL::documents, CAST(:rows AS jsonb)) AS r "
+    "ON CONFLICT (doc_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in _DOC_COLUMNS if c != "doc_id")
+    + ", superseded_by = NULL, indexed_content_id = EXCLUDED.indexed_content_id, "
+    "indexed_config_revision = EXCLUDED.indexed_config_revision, "
+    "row_version = documents.row_version + 1, modified_at = now() "
+    # xmax = 0: this statement inserted the row (no conflict), so it has no index entries.
+    "RETURNING doc_id, (xmax = 0) AS inserted"
+).bindparams(bindparam("rows", type_=Text), bindparam("revision", type_=Integer))
+
+#: Deferred indexing: the document changes now, its index entries keep what they were built
+#: from (NULL for a new document) until the index job rebuilds them.
+_UPSERT_DOCS_DEFERRED = text(
+    "INSERT INTO documents (" + ", ".join(_DOC_COLUMNS) + ") "
+    "SELECT " + ", ".join(f"r.{c}" for c in _DOC_COLUMNS) + " "
+    "FROM jsonb_populate_recordset(NULL::documents, CAST(:rows AS jsonb)) AS r "
+    "ON CONFLICT (doc_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in _DOC_COLUMNS if c != "doc_id")
+    + ", superseded_by = NULL, row_version = documents.row_version + 1, modified_at = now()"
+).bindparams(bindparam("rows", type_=Text))
+
+_SET_INDEXED = text(
+    "UPDATE documents SET indexed_content_id = u.content_id, indexed_config_revision = :revision "
+    "FROM unnest(:ids, :content_ids) AS u(doc_id, content_id) WHERE documents.doc_id = u.doc_id"
+).bindparams(
+    bindparam("ids", type_=ARRAY(Text)),
+    bindparam("content_ids", type_=ARRAY(Text)),
+    bindparam("revision", type_=Integer),
+)
+
+#: Queue an index job per document (one pending job per document is enough: it reads the
+#: document when it runs).
+ENQUEUE_INDEX = text(
+    """
+    INSERT INTO index_jobs (kind, doc_id, config_revision, scopes)
+    SELECT 'index', d.doc_id, :revision, ARRAY[d.permission_scope]
+    FROM documents d WHERE d.doc_id = ANY(:ids) ORDER BY d.doc_id
+    ON CONFLICT (doc_id) WHERE kind = 'index' AND status = 'pending' DO NOTHING
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("revision", type_=Integer))
+
+#: A synchronous rebuild makes queued index jobs of the same documents redundant.
+_SETTLE_INDEX_JOBS = text(
+    "UPDATE index_jobs SET status = 'done', done_at = now(), visible_at = now(), "
+    "last_error = COALESCE(last_error, 'indexed by a synchronous upsert') "
+    "WHERE doc_id = ANY(:ids) AND kind = 'index' AND status = 'pending'"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+#: Scope and lifecycle copies on chunks and postings follow the document (same transaction).
+SYNC_COPIES = text(
+    """
+    WITH c AS (
+        UPDATE chunks SET permission_scope = d.permission_scope, lifecycle = d.lifecycle
+        FROM documents d
+        WHERE chunks.doc_id = d.doc_id AND d.doc_id = ANY(:ids)
+          AND (chunks.permission_scope, chunks.lifecycle)
+              IS DISTINCT FROM (d.permission_scope, d.lifecycle)
+    )
+    UPDATE postings SET permission_scope = k.permission_scope, lifecycle = k.lifecycle
+    FROM (SELECT c.chunk_id, d.permission_scope, d.lifecycle
+          FROM documents d JOIN chunks c ON c.doc_id = d.doc_id
+          WHERE d.doc_id = ANY(:ids)) AS k
+    WHERE postings.chunk_id = k.chunk_id
+      AND (postings.permission_scope, postings.lifecycle)
+          IS DISTINCT FROM (k.permission_scope, k.lifecycle)
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+#: A document's chunks and their postings, in one statement (postings have no foreign key:
+#: whatever removes chunks removes their postings with them, by ``chunk_id``).
+DELETE_CHUNKS = text(
+    "WITH c AS (DELETE FROM chunks WHERE doc_id = ANY(:ids) RETURNING chunk_id) "
+    "DELETE FROM postings WHERE chunk_id IN (SELECT chunk_id FROM c)"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+#: Documents locked in doc_id order, the order every writer follows.
+LOCK_DOCS = text(
+    "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+_INSERT_CHUNKS = text(
+    """
+    INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
+                        embedding, permission_scope, lifecycle, content_id, config_revision)
+    SELECT v.doc_id, v.ordinal, v.start_byte, v.end_byte, v.text,
+           (SELECT count(*) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
+           v.tsv, CAST(v.embedding AS vector), v.scope, v.lifecycle, v.content_id, :revision
+    FROM (
+        SELECT u.*, to_tsvector(CAST(:ts_config AS regconfig), u.index_text) AS tsv
+        FROM unnest(:doc_ids, :ordinals, :starts, :ends, :texts, :index_texts, :embeddings,
+                    :scopes, :lifecycles, :content_ids)
+             AS u(doc_id, ordinal, start_byte, end_byte, text, index_text, embedding, scope,
+                  lifecycle, content_id)
+    ) AS v
+    """
+).bindparams(
+    bindparam("doc_ids", type_=ARRAY(Text)),
+    bindparam("ordinals", type_=ARRAY(Integer)),
+    bindparam("starts", type_=ARRAY(Integer)),
+    bindparam("ends", type_=ARRAY(Integer)),
+    bindparam("texts", type_=ARRAY(Text)),
+    bindparam("index_texts", type_=ARRAY(Text)),
+    bindparam("embeddings", type_=ARRAY(Text)),
+    bindparam("scopes", type_=ARRAY(Text)),
+    bindparam("lifecycles", type_=ARRAY(Text)),
+    bindparam("content_ids", type_=ARRAY(Text)),
+    bindparam("revision", type_=Integer),
+    bindparam("ts_config", type_=Text),
+)
+
+STATS_DELTA = text(
+    """
+    INSERT INTO scope_stats (permission_scope, lifecycle, chunks, tokens)
+    SELECT permission_scope, lifecycle, :sign * count(*), :sign * COALESCE(sum(token_count), 0)
+    FROM chunks WHERE doc_id = ANY(:ids)
+    GROUP BY permission_scope, lifecycle
+    ORDER BY permission_scope, lifecycle
+    ON CONFLICT (permission_scope, lifecycle) DO UPDATE
+    SET chunks = scope_stats.chunks + EXCLUDED.chunks,
+        tokens = scope_stats.tokens + EXCLUDED.tokens
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("sign", type_=Integer))
+
+_INSERT_POSTINGS = text(
+    """
+    INSERT INTO postings (chunk_id, lexeme, tf, impact, permission_scope, lifecycle)
+    SELECT c.chunk_id, u.lexeme, t.tf,
+           -- BM25's term-frequency part against a 200-token reference length (k1=1.2,
+           -- b=0.75): it only orders postings; scores are computed exactly at query time.
+           t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * c.token_count / 200.0)),
+           c.permission_scope, c.lifecycle
+    FROM chunks c, unnest(c.tsv) AS u,
+         LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
+    WHERE c.doc_id = ANY(:ids)
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+LIFECYCLE_POSTINGS = text(
+    "UPDATE postings SET lifecycle = :state "
+    "WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE doc_id = ANY(:ids)) "
+    "AND lifecycle <> 'deleted'"
+).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+_SUPERSEDE_DOCS = text(
+    """
+    UPDATE documents AS d
+    SET lifecycle = 'superseded', superseded_by = s.successor,
+        row_version = d.row_version + 1, modified_at = now()
+    FROM unnest(:old_ids, :successors) AS s(old_id, successor)
+    WHERE d.doc_id = s.old_id AND d.lifecycle <> 'deleted'
+    """
+).bindparams(bindparam("old_ids", type_=ARRAY(Text)), bindparam("successors", type_=ARRAY(Text)))
+
+#: The propagation record of supersedes named by a record, like ``delete_or_supersede``'s.
+_RECORD_SUPERSEDES = text(
+    """
+    INSERT INTO index_jobs (kind, doc_id, config_revision, scopes, payload, visible_at)
+    SELECT 'supersede', d.doc_id, :revision, ARRAY[d.permission_scope],
+           jsonb_build_object('superseded_by', d.superseded_by), now()
+    FROM documents d
+    WHERE d.doc_id = ANY(:ids) AND d.lifecycle = 'superseded' AND d.modified_at = now()
+    ORDER BY d.doc_id
+    """
+).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("revision", type_=Integer))
+
+_SUPERSEDE_CHUNKS = text(
+    "UPDATE chunks SET lifecycle = 'superseded' "
+    "WHERE doc_id = ANY(:old_ids) AND lifecycle <> 'deleted'"
+).bindparams(bindparam("old_ids", type_=ARRAY(Text)))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSource:
+    """What one document's index entries are built from (current stored fields)."""
+
+    doc_id: str
+    content_id: str
+    permission_scope: str
+    lifecycle: str
+    chunks: list[Chunk]
+    index_texts: list[str]
+
+
+def write_batch(
+    conn: Connection,
+    batch: Sequence[PreparedRecord],
+    embedder: Embedder,
+    settings: IndexSettings,
+    *,
+    deferred: bool = False,
+    allow_scope_change: bool = False,
+    restore_deleted: bool = False,
+) -> tuple[list[tuple[str, RecordOutcome]], int, int, OverwritePlan]:
+    """Write one batch inside the caller's transaction: unchanged rows are skipped entirely.
+
+    ``deferred``: documents change now (visibility included) and an index job is queued;
+    their old index entries stay searchable, reported ``pending``, unless the new record
+    masks different fields — then they are removed, since they may hold what is now masked.
+    What may happen to stored documents (scope changes, deleted ones) is decided by the
+    shared overwrite rule under the batch's row locks; a refusal raises before any write.
+    Returns outcomes in input order, chunks written, embeddings computed and that decision.
+    """
+    enter_write(conn, settings.revision)
+    ids = [p.record.document_id for p in batch]
+    superseded = {old for p in batch for old in p.record.supersedes}
+    if superseded:
+        # Documents this batch supersedes are locked with the batch's own, in doc_id order,
+        # before any counter is touched: the order every writer follows.
+        conn.execute(LOCK_DOCS, {"ids": sorted(superseded | set(ids))})
+    existing = {
+        row.doc_id: row
+        for row in conn.execute(
+            text(
+                "SELECT doc_id, record_hash, content_id, indexed_content_id, "
+                "indexed_config_revision, field_mask, pii_flags, lifecycle, permission_scope "
+                "FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
+            ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+            {"ids": ids},
+        )
+    }
+    plan = plan_overwrites(
+        [p.record for p in batch],
+        {d: StoredState(r.permission_scope, Lifecycle(r.lifecycle)) for d, r in existing.items()},
+        allow_scope_change=allow_scope_change,
+        restore_deleted=restore_deleted,
+    )
+    outcomes: list[tuple[str, RecordOutcome]] = []
+    changed: list[PreparedRecord] = []
+    for p in batch:
+        old = existing.get(p.record.document_id)
+        if p.record.document_id in plan.skipped:
+            outcomes.append((p.record.document_id, RecordOutcome.SKIPPED))
+            continue
+        if (
+            old is not None
+            and old.lifecycle != Lifecycle.DELETED  # restoring rewrites even an equal record
+            and old.record_hash == p.hash
+            and old.indexed_content_id == old.content_id
+            and old.indexed_config_revision == settings.revision
+        ):
+            outcomes.append((p.record.document_id, RecordOutcome.UNCHANGED))
+            continue
+        outcomes.append(
+            (
+                p.record.document_id,
+                RecordOutcome.UPDATED if old is not None else RecordOutcome.INSERTED,
+            )
+        )
+        changed.append(p)
+    if not changed:
+        return outcomes, 0, 0, plan
+    rows = json.dumps(
+        [{**p.row, "record_hash": p.hash} for p in changed],
+        default=_json_default,
+        ensure_ascii=False,
+    )
+    changed_ids = [p.record.document_id for p in changed]
+    written = 0
+    if deferred:
+        conn.execute(_UPSERT_DOCS_DEFERRED, {"rows": rows})
+        remask = [
+            p.record.document_id
+            for p in changed
+            if (old := existing.get(p.record.document_id)) is not None
+            and (
+                old.lifecycle == "deleted"  # a deleted body must never come back
+                or set(old.field_mask) | set(old.pii_flags) != p.record.masked_fields
+            )
+        ]
+        if remask:
+            conn.execute(STATS_DELTA, {"ids": remask, "sign": -1})
+            conn.execute(DELETE_CHUNKS, {"ids": remask})
+            conn.execute(
+                text(
+                    "UPDATE documents SET indexed_content_id = NULL, "
+                    "indexed_config_revision = NULL WHERE doc_id = ANY(:ids)"
+                ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+                {"ids": remask},
+            )
+        conn.execute(STATS_DELTA, {"ids": changed_ids, "sign": -1})
+        conn.execute(SYNC_COPIES, {"ids": changed_ids})
+        conn.execute(STATS_DELTA, {"ids": changed_ids, "sign": 1})
+        conn.execute(ENQUEUE_INDEX, {"ids": changed_ids, "revision": settings.revision})
+    else:
+        sources = [
+            ChunkSource(
+                doc_id=p.record.document_id,
+                content_id=p.record.content_id,
+                permission_scope=p.record.permission_scope,
+                lifecycle=p.record.lifecycle.value,
+                chunks=p.chunks,
+                index_texts=p.index_texts,
+            )
+            for p in changed
+        ]
+        vectors = embed_sources(sources, embedder, settings)
+        new = {
+            r.doc_id
+            for r in conn.execute(_UPSERT_DOCS, {"rows": rows, "revision": settings.revision})
+            if r.inserted
+        }
+        written = replace_chunks(conn, sources, vectors, settings, new=new)
+    pairs = [(old, p.record.document_id) for p in changed for old in p.record.supersedes]
+    if pairs:
+        old_ids = [a for a, _ in pairs]
+        conn.execute(STATS_DELTA, {"ids": old_ids, "sign": -1})
+        conn.execute(_SUPERSEDE_DOCS, {"old_ids": old_ids, "successors": [b for _, b in pairs]})
+        conn.execute(_SUPERSEDE_CHUNKS, {"old_ids": old_ids})
+        conn.execute(LIFECYCLE_POSTINGS, {"ids": old_ids, "state": "superseded"})
+        conn.execute(STATS_DELTA, {"ids": old_ids, "sign": 1})
+        conn.execute(_RECORD_SUPERSEDES, {"ids": old_ids, "revision": settings.revision})
+    return outcomes, written, written, plan
+
+
+def embed_sources(
+    sources: Sequence[ChunkSource], embedder: Embedder, settings: IndexSettings
+) -> np.ndarray[Any, Any]:
+    """One embedder call for every chunk of ``sources``, shape-checked."""
+    texts = [t for s in sources for t in s.index_texts]
+    if not texts:
+        return np.zeros((0, settings.dimension), dtype=np.float32)
+    vectors = embedder.embed_documents(texts)
+    if vectors.shape != (len(texts), settings.dimension):
+        raise ValueError(
+            f"embedder returned shape {vectors.shape}, expected "
+            f"({len(texts)}, {settings.dimension})"
+        )
+    return vectors
+
+
+def replace_chunks(
+    conn: Connection,
+    sources: Sequence[ChunkSource],
+    vectors: np.ndarray[Any, Any],
+    settings: IndexSettings,
+    *,
+    new: AbstractSet[str] = frozenset(),
+) -> int:
+    """Swap the index entries of ``sources`` for new ones, statistics and postings included,
+    and record what they were built from. Returns the number of chunks written.
+
+    A batch of at least ``COPY_MIN_CHUNKS`` chunks is streamed with binary COPY and merged
+    set-based (:mod:`context_search.postgres.write.copy`); a smaller one is one INSERT."""
+    ids = [s.doc_id for s in sources]
+    replaced = [i for i in ids if i not in new]
+    if replaced:  # ``new``: documents known to have no entries yet (nothing to look up)
+        conn.execute(STATS_DELTA, {"ids": replaced, "sign": -1})
+        conn.execute(DELETE_CHUNKS, {"ids": replaced})
+    if sum(len(s.chunks) for s in sources) >= COPY_MIN_CHUNKS:
+        i = copy_chunks(conn, sources, vectors, settings.revision, settings.text_search_config)
+    else:
+        i = _insert_chunks(conn, sources, vectors, settings)
+    conn.execute(STATS_DELTA, {"ids": ids, "sign": 1})
+    conn.execute(
+        _SET_INDEXED,
+        {"ids": ids, "content_ids": [s.content_id for s in sources], "revision": settings.revision},
+    )
+    conn.execute(_SETTLE_INDEX_JOBS, {"ids": ids})
+    return i
+
+
+def _insert_chunks(
+    conn: Connection,
+    sources: Sequence[ChunkSource],
+    vectors: np.ndarray[Any, Any],
+    settings: IndexSettings,
+) -> int:
+    """A small batch: chunks as parameter arrays in one INSERT, then their postings."""
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "doc_ids",
+            "ordinals",
+            "starts",
+            "ends",
+            "texts",
+            "index_texts",
+            "embeddings",
+            "scopes",
+            "lifecycles",
+            "content_ids",
+        )
+    }
+    i = 0
+    for s in sources:
+        for chunk, index_text in zip(s.chunks, s.index_texts, strict=True):
+            cols["doc_ids"].append(s.doc_id)
+            cols["ordinals"].append(chunk.ordinal)
+            cols["starts"].append(chunk.start_byte)
+            cols["ends"].append(chunk.end_byte)
+            cols["texts"].append(chunk.text)
+            cols["index_texts"].append(index_text)
+            cols["embeddings"].append(vector_literal(vectors[i]))
+            cols["scopes"].append(s.permission_scope)
+            cols["lifecycles"].append(s.lifecycle)
+            cols["content_ids"].append(s.content_id)
+            i += 1
+    conn.execute(
+        _INSERT_CHUNKS,
+        {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
+    )
+    conn.execute(_INSERT_POSTINGS, {"ids": [s.doc_id for s in sources]})
+    return i
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,145 @@
+"""The bulk path of index writes: binary ``COPY`` into a staging table and set-based merges.
+
+``upsert`` (and the index jobs) pick it themselves: a batch of at least
+:data:`COPY_MIN_CHUNKS` chunks is streamed with ``COPY ... (FORMAT BINARY)`` into a
+session-local staging table (``ON COMMIT DELETE ROWS``: nothing outlives the transaction),
+then merged into ``chunks`` and ``postings`` by one statement each, in the caller's
+transaction. Everything else a write does (locks in ``doc_id`` order, masks applied before
+storage, statistics deltas, supersedes, job bookkeeping) is the same statement for either
+path, so the guarantees are the same: a batch is atomic and invisible until its commit.
+A load large enough to build the search indexes afterwards is
+:func:`context_search.postgres.indexes.builds.defer_index_builds`' business.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import psycopg
+from psycopg.adapt import Dumper, PyFormat
+from psycopg.pq import Format
+from sqlalchemy import Connection, text
+
+from context_search.postgres.engine.drivers import driver_of
+
+if TYPE_CHECKING:
+    from context_search.postgres.write.batch import ChunkSource
+
+__all__ = ["COPY_MIN_CHUNKS", "copy_chunks"]
+
+
+#: A batch with at least this many chunks is staged with COPY (below, one INSERT of
+#: parameter arrays is as fast and skips the staging table).
+COPY_MIN_CHUNKS = 200
+_STAGE = "pg_temp.cs_stage_chunks"
+_CREATE_STAGE = text(
+    f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} ("
+    "doc_id text, ordinal int4, start_byte int4, end_byte int4, text text, index_text text, "
+    "embedding public.vector, permission_scope text, lifecycle text, content_id text"
+    ") ON COMMIT DELETE ROWS"
+)
+_COPY = (
+    f"COPY {_STAGE} (doc_id, ordinal, start_byte, end_byte, text, index_text, embedding, "
+    "permission_scope, lifecycle, content_id) FROM STDIN (FORMAT BINARY)"
+)
+
+#: Chunks and their postings from the staging table in one statement: the postings are cut
+#: from the rows just inserted (no second read of ``chunks``); the ``term_stats`` statement
+#: trigger applies one aggregated delta for the whole batch.
+_MERGE = text(
+    """
+    WITH ins AS (
+        INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
+                            embedding, permission_scope, lifecycle, content_id,
+                            config_revision)
+        SELECT v.doc_id, v.ordinal, v.start_byte, v.end_byte, v.text,
+               (SELECT count(*) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
+               v.tsv, v.embedding, v.permission_scope, v.lifecycle, v.content_id, :revision
+        FROM (
+            SELECT s.*, to_tsvector(CAST(:ts_config AS regconfig), s.index_text) AS tsv
+            FROM pg_temp.cs_stage_chunks AS s
+        ) AS v
+        RETURNING chunk_id, tsv, token_count, permission_scope, lifecycle
+    )
+    INSERT INTO postings (chunk_id, lexeme, tf, impact, permission_scope, lifecycle)
+    SELECT c.chunk_id, u.lexeme, t.tf,
+           -- BM25's term-frequency part against a 200-token reference length (k1=1.2,
+           -- b=0.75): it only orders postings; scores are computed exactly at query time.
+           t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * c.token_count / 200.0)),
+           c.permission_scope, c.lifecycle
+    FROM ins AS c, unnest(c.tsv) AS u,
+         LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
+    """
+)
+
+
+class _VectorBytes(bytes):
+    """A vector already in pgvector's binary wire format."""
+
+
+class _VectorDumper(Dumper):
+    format = Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
+def _vector_oid(raw: Any) -> int:
+    """Teach this connection to send :class:`_VectorBytes` as ``vector`` (once per pooled
+    connection; only that private type is affected) and return the type's oid."""
+    try:
+        return int(raw.adapters.get_dumper(_VectorBytes, PyFormat.BINARY).oid)
+    except psycopg.ProgrammingError:
+        oid = int(raw.execute("SELECT CAST('public.vector' AS regtype)::oid").fetchone()[0])
+        dumper = type("VectorDumper", (_VectorDumper,), {"oid": oid})
+        raw.adapters.register_dumper(_VectorBytes, dumper)
+        return oid
+
+
+def _vector_rows(vectors: np.ndarray[Any, Any]) -> list[_VectorBytes]:
+    n, dim = vectors.shape
+    header = struct.pack(">HH", dim, 0)
+    big = np.ascontiguousarray(vectors, dtype=">f4")
+    return [_VectorBytes(header + big[i].tobytes()) for i in range(n)]
+
+
+def copy_chunks(
+    conn: Connection,
+    sources: Sequence[ChunkSource],
+    vectors: np.ndarray[Any, Any],
+    revision: int,
+    ts_config: str,
+) -> int:
+    """Stage ``sources``' chunks with binary COPY and merge them (and their postings) into
+    the index, in the caller's transaction. Returns the number of chunks written."""
+    conn.execute(_CREATE_STAGE)
+    raw = driver_of(conn)
+    vector = _vector_oid(raw)
+    encoded = _vector_rows(vectors)
+    i = 0
+    with raw.cursor() as cur, cur.copy(_COPY) as copy:
+        copy.set_types(
+            ["text", "int4", "int4", "int4", "text", "text", vector, "text", "text", "text"]
+        )
+        for s in sources:
+            for chunk, index_text in zip(s.chunks, s.index_texts, strict=True):
+                copy.write_row(
+                    (
+                        s.doc_id,
+                        chunk.ordinal,
+                        chunk.start_byte,
+                        chunk.end_byte,
+                        chunk.text,
+                        index_text,
+                        encoded[i],
+                        s.permission_scope,
+                        s.lifecycle,
+                        s.content_id,
+                    )
+                )
+                i += 1
+    conn.execute(_MERGE, {"revision": revision, "ts_config": ts_config})
+    return i

@@ -1,0 +1,50 @@
+"""The write gate: how a configuration switch stops writers for the instant it swaps schemas.
+
+Every write transaction takes a shared advisory lock keyed by its schema's name before it
+touches a table; a configuration switch takes the same key exclusively for its last
+catch-up and the swap (see ``postgres/operations/switch.py``). A writer that arrives meanwhile waits
+*before* resolving any table, so once the swap commits it resolves the new tables — it can
+never write into the retired ones. Then it checks the active configuration: a process still
+holding the old embedder gets ``RETRIEVER_UNCONFIGURED`` instead of mixing vectors of two
+models in one index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from context_search.errors import RetrieverUnconfiguredError
+
+__all__ = ["GATE", "enter_write", "lock_key"]
+
+#: The gate's purpose in its lock key (``lock_key(raw, schema, GATE)`` on the switch's side).
+GATE = "config-switch"
+
+_SHARED = text(
+    f"SELECT pg_advisory_xact_lock_shared(hashtextextended(current_schema() || '/{GATE}', 0))"
+)
+_ACTIVE = text("SELECT revision FROM index_configs WHERE active")
+
+
+def lock_key(raw: Any, schema: str, purpose: str) -> int:
+    """The advisory lock key of ``purpose`` on index ``schema``, computed by the server the
+    way writers compute the gate's (``raw``: a psycopg connection)."""
+    row = raw.execute("SELECT hashtextextended(%s || '/' || %s, 0)", (schema, purpose)).fetchone()
+    return int(row[0])
+
+
+def enter_write(conn: Connection, revision: int | None) -> None:
+    """Pass the gate in ``conn``'s transaction, first thing; with ``revision``, also check
+    that it is still the active configuration (writes of chunks and vectors)."""
+    conn.execute(_SHARED)
+    if revision is None:
+        return
+    active = conn.execute(_ACTIVE).scalar()
+    if active != revision:
+        raise RetrieverUnconfiguredError(
+            "the index configuration changed while this connector was open (another model "
+            "or chunking is active now); open the connector again with the active settings",
+            details={"connector_revision": revision, "active_revision": active},
+        )

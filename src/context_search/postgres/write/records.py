@@ -1,0 +1,102 @@
+"""Turning one validated record into its document row, chunks and searchable texts (no I/O).
+
+Masked fields are dropped here, before anything reaches the database: the stored row keeps
+an empty value, the searchable text never contains it, and the record hash (which makes
+re-ingestion idempotent) is computed from the original record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from context_search.contract import ContextDocumentRecord
+from context_search.postgres.settings import IndexSettings
+from context_search.text import Chunk, segment_for_index
+from context_search.text.indexing import searchable_chunks
+
+__all__ = ["PreparedRecord", "prepare", "record_hash"]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in sorted(value.items())}
+    return value
+
+
+def record_hash(record: ContextDocumentRecord) -> str:
+    """Hash of every field of the record: equal hashes mean nothing needs rewriting."""
+    fields = {name: _jsonable(getattr(record, name)) for name in record.__dataclass_fields__}
+    fields["metadata"] = _jsonable(dict(record.metadata))
+    blob = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRecord:
+    record: ContextDocumentRecord
+    hash: str
+    row: dict[str, Any]
+    chunks: list[Chunk]
+    index_texts: list[str]
+
+
+def prepare(record: ContextDocumentRecord, index: int, settings: IndexSettings) -> PreparedRecord:
+    """Mask, chunk and build the searchable text of one record (no I/O)."""
+    masked = record.masked_fields
+
+    def keep(name: str, value: str) -> str:
+        return "" if name in masked else value
+
+    body = keep("body", record.body)
+    title, summary = keep("title", record.title), keep("summary", record.summary)
+    parts = searchable_chunks(
+        record, index, chunk_bytes=settings.chunk_bytes, chunk_overlap=settings.chunk_overlap
+    )
+    chunks, texts = parts.chunks, parts.texts
+    metadata = {k: v for k, v in record.metadata.items() if f"metadata.{k}" not in masked}
+    row = {
+        "doc_id": record.document_id,
+        "raw_source_id": record.raw_source_id,
+        "source_type": record.source_type,
+        "source_system": record.source_system,
+        "source_uri": keep("source_uri", record.source_uri),
+        "source_hash": record.source_hash,
+        "object_type": record.object_type,
+        "title": title,
+        "summary": summary,
+        "body": body,
+        "chunk_spans": [list(s) for s in record.chunks] if record.chunks else None,
+        "permission_scope": record.permission_scope,
+        "review_status": record.review_status,
+        "lifecycle": record.lifecycle.value,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "owner": keep("owner", record.owner),
+        "department": keep("department", record.department),
+        "project": keep("project", record.project),
+        "tags": [] if "tags" in masked else list(record.tags),
+        "entities": [] if "entities" in masked else list(record.entities),
+        "pii_flags": list(record.pii_flags),
+        "field_mask": list(record.field_mask),
+        "supersedes": list(record.supersedes),
+        "embedding_model": record.embedding_model,
+        "ingest_pipeline_version": record.ingest_pipeline_version,
+        "metadata": metadata,
+        "content_id": record.content_id,
+        "source_revision": record.source_revision,
+    }
+    return PreparedRecord(
+        record=record,
+        hash=record_hash(record),
+        row=row,
+        chunks=chunks,
+        index_texts=[segment_for_index(t) for t in texts],
+    )
