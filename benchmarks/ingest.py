@@ -33,8 +33,11 @@ import psycopg
 from sqlalchemy import event
 
 from benchmarks.common import CachedEmbedder, Dataset, fmt_table, header, log
-from context_search.postgres import PostgresSearchConnector, bulk, ingest
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.engine.vectors import vector_oid, vector_rows
+from context_search.postgres.indexes import builds
 from context_search.postgres.operations.admin import drop_index
+from context_search.postgres.write import batch
 from context_search.postgres.write.records import prepare
 
 SCHEMA = "bench_ingest"
@@ -43,28 +46,28 @@ NAIVE = "bench_ingest_naive"
 
 @contextlib.contextmanager
 def _row_path() -> Iterator[None]:
-    copy_min, defer_min = ingest.COPY_MIN_CHUNKS, bulk.DEFER_MIN_CHUNKS
-    ingest.COPY_MIN_CHUNKS = bulk.DEFER_MIN_CHUNKS = 1 << 62
+    copy_min, defer_min = batch.COPY_MIN_CHUNKS, builds.DEFER_MIN_CHUNKS
+    batch.COPY_MIN_CHUNKS = builds.DEFER_MIN_CHUNKS = 1 << 62
     try:
         yield
     finally:
-        ingest.COPY_MIN_CHUNKS, bulk.DEFER_MIN_CHUNKS = copy_min, defer_min
+        batch.COPY_MIN_CHUNKS, builds.DEFER_MIN_CHUNKS = copy_min, defer_min
 
 
 @contextlib.contextmanager
 def _timed_builds(phases: Counter[str]) -> Iterator[None]:
-    real = bulk._build
+    real = builds._build
 
     def timed(*args: Any, **kw: Any) -> None:
         t0 = time.perf_counter()
         real(*args, **kw)
         phases["index builds after the load"] += time.perf_counter() - t0
 
-    bulk._build = timed  # type: ignore[assignment]
+    builds._build = timed  # type: ignore[assignment]
     try:
         yield
     finally:
-        bulk._build = real  # type: ignore[assignment]
+        builds._build = real  # type: ignore[assignment]
 
 
 def _once(dsn: str, records: list[Any], embedder: Any) -> tuple[float, int, dict[str, float]]:
@@ -181,8 +184,8 @@ def _naive(dsn: str, records: list[Any], embedder: Any, settings: Any) -> dict[s
     for i, r in enumerate(records):
         texts.extend(prepare(r, i, settings).index_texts)
     vectors = embedder.embed_documents(texts)
-    rows = bulk._vector_rows(vectors)
-    mem_mb, workers = bulk.build_settings(len(texts), settings.dimension)
+    rows = vector_rows(vectors)
+    mem_mb, workers = builds.build_settings(len(texts), settings.dimension)
     phases: dict[str, float] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {NAIVE} CASCADE")
@@ -190,7 +193,7 @@ def _naive(dsn: str, records: list[Any], embedder: Any, settings: Any) -> dict[s
         conn.execute(f"SET search_path = {NAIVE}, public")
         conn.execute(f"SET maintenance_work_mem = '{mem_mb}MB'")
         conn.execute(f"SET max_parallel_maintenance_workers = {workers}")
-        vector = bulk._vector_oid(conn)
+        vector = vector_oid(conn)
         t0 = time.perf_counter()
         conn.execute(
             f"CREATE TABLE chunks (id bigserial PRIMARY KEY, text text, "

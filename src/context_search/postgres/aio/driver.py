@@ -17,7 +17,7 @@ it here:
 - the embedding model is CPU-bound: :class:`OffLoopEmbedder` runs it in a worker thread and
   awaits it, so the loop serves other requests meanwhile;
 - the pool's connections hand themselves back on ``close()`` even when broken, like the
-  sync engine's (``_PoolReturningConnection`` in ``engine``).
+  sync engine's (``_PoolReturningConnection`` in ``engine.pool``).
 """
 
 from __future__ import annotations

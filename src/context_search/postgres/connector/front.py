@@ -4,14 +4,14 @@ The connector only wires the parts together and fixes the order of each call: va
 embed the query (before any connection is taken), then one read transaction for every
 statement of the call. The parts:
 
-- ``session``: read transactions as the reader role with the caller's scopes set for the
+- ``read.session``: read transactions as the reader role with the caller's scopes set for the
   transaction only, so row-level security enforces the same scope predicate every query
   also states; time limit, cancellation and per-search planner settings.
-- ``search``: a validated query and its vector to the rows of one hybrid search statement.
-- ``rows``: those rows to candidates, hits and index state for the shared assembly
+- ``read.statement``: a validated query and its vector to the rows of one hybrid search statement.
+- ``read.rows``: those rows to candidates, hits and index state for the shared assembly
   (``context_search.responses``).
-- ``writes``: upsert, delete or supersede, rescope, gap reports, as the owning role.
-- ``config``: the index configuration that is active for the schema.
+- ``write.writes``: upsert, delete or supersede, rescope, gap reports, as the owning role.
+- ``operations.config``: the index configuration that is active for the schema.
 
 The public methods live in two mixins along the same seam: ``read_side.ReadSide`` (search,
 explain, get_document, plans; routed to replicas) and ``write_side.WriteSide`` (every call

@@ -47,8 +47,8 @@ from context_search.postgres.operations.swap import (
     swap_schemas,
 )
 from context_search.postgres.settings import ConnectionSettings, IndexSettings
-from context_search.postgres.write.batch import DELETE_CHUNKS, ENQUEUE_INDEX, LOCK_DOCS, STATS_DELTA
-from context_search.postgres.write.gate import GATE, lock_key
+from context_search.postgres.write.batch import DELETE_CHUNKS, ENQUEUE_INDEX, STATS_DELTA
+from context_search.postgres.write.gate import GATE, LOCK_DOCS, lock_key
 from context_search.postgres.write.jobs import JobWorker
 
 __all__ = ["SwitchReport", "SwitchStatus", "sibling_names", "switch_configuration", "switch_status"]

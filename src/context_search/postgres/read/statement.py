@@ -1,5 +1,5 @@
 """From a validated query to result rows: the parameters of the one hybrid search statement
-(``search_sql``), the evidence rows for targets and pinned documents, and the filter verdicts
+(``sql.hybrid``), the evidence rows for targets and pinned documents, and the filter verdicts
 ``explain`` reports.
 
 Everything here runs inside a read transaction it is handed and never embeds: the query
@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql
 
 from context_search.fusion import FusionSettings
 from context_search.postgres.engine.drivers import driver_of
+from context_search.postgres.engine.vectors import vector_literal
 from context_search.postgres.read.rows import StatementRows, result_columns
 from context_search.postgres.read.session import SEARCH_TUNING, ReadSession
 from context_search.postgres.read.sql.filters import (
@@ -30,7 +31,6 @@ from context_search.postgres.read.sql.filters import (
     verdicts_sql,
 )
 from context_search.postgres.read.sql.hybrid import Explain, SearchLimits, search_clause
-from context_search.postgres.read.sql.vector import vector_literal
 from context_search.text import parse_query
 from context_search.validation import ValidQuery
 
@@ -70,7 +70,7 @@ def numbered_search_sql(
     *,
     explain: Explain = "",
 ) -> NumberedStatement:
-    """The hybrid search statement (``search_sql``) with numbered parameters, sent on the
+    """The hybrid search statement (``sql.hybrid``) with numbered parameters, sent on the
     driver's raw cursor.
 
     A search statement is ~14 kB: psycopg caches the conversion of named placeholders only

@@ -19,10 +19,11 @@ from sqlalchemy.types import Integer, Text
 
 from context_search.contract import Lifecycle, RecordOutcome
 from context_search.embedding import Embedder
-from context_search.postgres.read.sql.vector import vector_literal
+from context_search.postgres.engine.vectors import vector_literal
 from context_search.postgres.settings import IndexSettings
 from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks
-from context_search.postgres.write.gate import enter_write
+from context_search.postgres.write.gate import LOCK_DOCS, enter_write, lock_documents
+from context_search.postgres.write.postings import insert_postings
 from context_search.postgres.write.records import PreparedRecord
 from context_search.text import Chunk
 from context_search.validation import OverwritePlan, StoredState, plan_overwrites
@@ -31,7 +32,6 @@ __all__ = [
     "DELETE_CHUNKS",
     "ENQUEUE_INDEX",
     "LIFECYCLE_POSTINGS",
-    "LOCK_DOCS",
     "STATS_DELTA",
     "SYNC_COPIES",
     "ChunkSource",
@@ -157,10 +157,11 @@ DELETE_CHUNKS = text(
     "DELETE FROM postings WHERE chunk_id IN (SELECT chunk_id FROM c)"
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
-#: Documents locked in doc_id order, the order every writer follows.
-LOCK_DOCS = text(
-    "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
-).bindparams(bindparam("ids", type_=ARRAY(Text)))
+#: What a batch compares its records with, locked (see ``gate.lock_documents``).
+_LOCK_STORED = lock_documents(
+    "doc_id, record_hash, content_id, indexed_content_id, "
+    "indexed_config_revision, field_mask, pii_flags, lifecycle, permission_scope"
+)
 
 _INSERT_CHUNKS = text(
     """
@@ -206,17 +207,7 @@ STATS_DELTA = text(
 ).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("sign", type_=Integer))
 
 _INSERT_POSTINGS = text(
-    """
-    INSERT INTO postings (chunk_id, lexeme, tf, impact, permission_scope, lifecycle)
-    SELECT c.chunk_id, u.lexeme, t.tf,
-           -- BM25's term-frequency part against a 200-token reference length (k1=1.2,
-           -- b=0.75): it only orders postings; scores are computed exactly at query time.
-           t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * c.token_count / 200.0)),
-           c.permission_scope, c.lifecycle
-    FROM chunks c, unnest(c.tsv) AS u,
-         LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
-    WHERE c.doc_id = ANY(:ids)
-    """
+    "\n" + insert_postings("chunks c") + "    WHERE c.doc_id = ANY(:ids)\n    "
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
 LIFECYCLE_POSTINGS = text(
@@ -294,11 +285,7 @@ def write_batch(
     existing = {
         row.doc_id: row
         for row in conn.execute(
-            text(
-                "SELECT doc_id, record_hash, content_id, indexed_content_id, "
-                "indexed_config_revision, field_mask, pii_flags, lifecycle, permission_scope "
-                "FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
-            ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+            _LOCK_STORED,
             {"ids": ids},
         )
     }

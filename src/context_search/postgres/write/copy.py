@@ -13,17 +13,15 @@ A load large enough to build the search indexes afterwards is
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import psycopg
-from psycopg.adapt import Dumper, PyFormat
-from psycopg.pq import Format
 from sqlalchemy import Connection, text
 
 from context_search.postgres.engine.drivers import driver_of
+from context_search.postgres.engine.vectors import vector_oid, vector_rows
+from context_search.postgres.write.postings import insert_postings
 
 if TYPE_CHECKING:
     from context_search.postgres.write.batch import ChunkSource
@@ -49,8 +47,7 @@ _COPY = (
 #: Chunks and their postings from the staging table in one statement: the postings are cut
 #: from the rows just inserted (no second read of ``chunks``); the ``term_stats`` statement
 #: trigger applies one aggregated delta for the whole batch.
-_MERGE = text(
-    """
+_CHUNKS_FROM_STAGE = """
     WITH ins AS (
         INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
                             embedding, permission_scope, lifecycle, content_id,
@@ -64,46 +61,8 @@ _MERGE = text(
         ) AS v
         RETURNING chunk_id, tsv, token_count, permission_scope, lifecycle
     )
-    INSERT INTO postings (chunk_id, lexeme, tf, impact, permission_scope, lifecycle)
-    SELECT c.chunk_id, u.lexeme, t.tf,
-           -- BM25's term-frequency part against a 200-token reference length (k1=1.2,
-           -- b=0.75): it only orders postings; scores are computed exactly at query time.
-           t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * c.token_count / 200.0)),
-           c.permission_scope, c.lifecycle
-    FROM ins AS c, unnest(c.tsv) AS u,
-         LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
-    """
-)
-
-
-class _VectorBytes(bytes):
-    """A vector already in pgvector's binary wire format."""
-
-
-class _VectorDumper(Dumper):
-    format = Format.BINARY
-
-    def dump(self, obj: Any) -> bytes:
-        return bytes(obj)
-
-
-def _vector_oid(raw: Any) -> int:
-    """Teach this connection to send :class:`_VectorBytes` as ``vector`` (once per pooled
-    connection; only that private type is affected) and return the type's oid."""
-    try:
-        return int(raw.adapters.get_dumper(_VectorBytes, PyFormat.BINARY).oid)
-    except psycopg.ProgrammingError:
-        oid = int(raw.execute("SELECT CAST('public.vector' AS regtype)::oid").fetchone()[0])
-        dumper = type("VectorDumper", (_VectorDumper,), {"oid": oid})
-        raw.adapters.register_dumper(_VectorBytes, dumper)
-        return oid
-
-
-def _vector_rows(vectors: np.ndarray[Any, Any]) -> list[_VectorBytes]:
-    n, dim = vectors.shape
-    header = struct.pack(">HH", dim, 0)
-    big = np.ascontiguousarray(vectors, dtype=">f4")
-    return [_VectorBytes(header + big[i].tobytes()) for i in range(n)]
+"""
+_MERGE = text(_CHUNKS_FROM_STAGE + insert_postings("ins AS c") + "    ")
 
 
 def copy_chunks(
@@ -117,8 +76,8 @@ def copy_chunks(
     the index, in the caller's transaction. Returns the number of chunks written."""
     conn.execute(_CREATE_STAGE)
     raw = driver_of(conn)
-    vector = _vector_oid(raw)
-    encoded = _vector_rows(vectors)
+    vector = vector_oid(raw)
+    encoded = vector_rows(vectors)
     i = 0
     with raw.cursor() as cur, cur.copy(_COPY) as copy:
         copy.set_types(

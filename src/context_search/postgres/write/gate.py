@@ -1,4 +1,7 @@
-"""The write gate: how a configuration switch stops writers for the instant it swaps schemas.
+"""The locks every write transaction takes, in this order: the write gate, then its documents
+in ``doc_id`` order.
+
+The gate is how a configuration switch stops writers for the instant it swaps schemas.
 
 Every write transaction takes a shared advisory lock keyed by its schema's name before it
 touches a table; a configuration switch takes the same key exclusively for its last
@@ -13,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import ARRAY, Connection, Text, bindparam, text
+from sqlalchemy.sql.elements import TextClause
 
 from context_search.errors import RetrieverUnconfiguredError
 
-__all__ = ["GATE", "enter_write", "lock_key"]
+__all__ = ["GATE", "LOCK_DOCS", "enter_write", "lock_documents", "lock_key"]
 
 #: The gate's purpose in its lock key (``lock_key(raw, schema, GATE)`` on the switch's side).
 GATE = "config-switch"
@@ -48,3 +52,15 @@ def enter_write(conn: Connection, revision: int | None) -> None:
             "or chunking is active now); open the connector again with the active settings",
             details={"connector_revision": revision, "active_revision": active},
         )
+
+
+def lock_documents(columns: str = "doc_id") -> TextClause:
+    """``columns`` of the documents ``:ids``, locked in ``doc_id`` order: the order every
+    writer follows, so two writers never wait on each other's documents crosswise.
+    ``columns`` is a fixed list in the calling module, never input."""
+    sql = f"SELECT {columns} FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"  # noqa: S608
+    return text(sql).bindparams(bindparam("ids", type_=ARRAY(Text)))
+
+
+#: The documents ``:ids`` locked, nothing read.
+LOCK_DOCS = lock_documents()

@@ -44,7 +44,7 @@ from context_search.postgres.write.batch import (
     embed_sources,
     replace_chunks,
 )
-from context_search.postgres.write.gate import enter_write
+from context_search.postgres.write.gate import LOCK_DOCS, enter_write, lock_documents
 from context_search.text import segment_for_index
 from context_search.text.indexing import searchable_parts
 
@@ -102,15 +102,10 @@ _FAIL = text(
     """
 )
 
-_LOCK_DOCS = text(
-    "SELECT doc_id, content_id, record_hash, lifecycle, permission_scope, title, summary, body, "
-    "chunk_spans, field_mask, pii_flags, indexed_content_id, indexed_config_revision "
-    "FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
-).bindparams(bindparam("ids", type_=ARRAY(Text)))
-
-_LOCK_ALL = text(
-    "SELECT doc_id FROM documents WHERE doc_id = ANY(:ids) ORDER BY doc_id FOR UPDATE"
-).bindparams(bindparam("ids", type_=ARRAY(Text)))
+_LOCK_DOCS = lock_documents(
+    "doc_id, content_id, record_hash, lifecycle, permission_scope, title, summary, body, "
+    "chunk_spans, field_mask, pii_flags, indexed_content_id, indexed_config_revision"
+)
 
 _READ_DOCS = text(
     "SELECT doc_id, content_id, record_hash, lifecycle, permission_scope, title, summary, body, "
@@ -289,7 +284,7 @@ class JobWorker:
                 # updating counters, then locking the purged ones deadlocked against deletes).
                 touched = sorted({j.doc_id for j in jobs if j.doc_id})
                 if touched:
-                    conn.execute(_LOCK_ALL, {"ids": touched})
+                    conn.execute(LOCK_DOCS, {"ids": touched})
                 if index_ids:
                     self._index(conn, index_ids, prepared)
                 purge = sorted({j.doc_id for j in jobs if j.kind == "purge" and j.doc_id})

@@ -18,9 +18,11 @@ from sqlalchemy.types import Text
 from context_search.contract import Lifecycle
 from context_search.errors import NotFoundError
 from context_search.postgres.write.batch import LIFECYCLE_POSTINGS, STATS_DELTA
-from context_search.postgres.write.gate import enter_write
+from context_search.postgres.write.gate import enter_write, lock_documents
 
 __all__ = ["change_visibility", "record_change"]
+
+_LOCK_LIFECYCLES = lock_documents("doc_id, lifecycle")
 
 
 def change_visibility(
@@ -34,10 +36,7 @@ def change_visibility(
     locked = {
         str(r.doc_id): str(r.lifecycle)
         for r in conn.execute(
-            text(
-                "SELECT doc_id, lifecycle FROM documents WHERE doc_id = ANY(:ids) "
-                "ORDER BY doc_id FOR UPDATE"
-            ).bindparams(bindparam("ids", type_=ARRAY(Text))),
+            _LOCK_LIFECYCLES,
             {"ids": sorted({doc_id, superseded_by or doc_id})},
         )
     }

@@ -10,7 +10,7 @@ frequencies come from per-scope counters (``term_stats``) and chunk counts and l
 depend on invisible rows. The vector arm orders by cosine
 distance with pgvector's iterative HNSW scan, so filters cannot silently shrink the
 candidate pool, or computes exact distances when few rows pass (counted by ``scope_stats``
-when no document filter applies; its parts are in ``vector_sql``). Both arms group chunks
+when no document filter applies; its parts are in ``vector``). Both arms group chunks
 to documents (best chunk wins) before ranks are assigned, then RRF or convex fusion runs
 server-side.
 
@@ -444,7 +444,7 @@ def search_clause(
     ``explain``: the statement under ``EXPLAIN`` (``plan``) or ``EXPLAIN (ANALYZE,
     BUFFERS)`` (``analyze``).
     """
-    # One text per shape (``search`` compiles and caches it): the same text for every
+    # One text per shape (``read.statement`` compiles and caches it): the same text for every
     # search of a connector, so the server can keep it prepared.
     binds = [bindparam("scopes", type_=ARRAY(Text)), bindparam("lifecycles", type_=ARRAY(Text))]
     if document_filter is not None and ":targets" in document_filter:

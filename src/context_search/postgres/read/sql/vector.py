@@ -1,4 +1,4 @@
-"""The vector arm of the hybrid search statement (``search_sql``): the chunks nearest the
+"""The vector arm of the hybrid search statement (``hybrid``): the chunks nearest the
 query vector among those the caller may see, grouped to documents.
 
 Few eligible chunks are scored exactly; otherwise pgvector's HNSW index is walked with an
@@ -10,9 +10,6 @@ partitions, not the whole table.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any
-
 __all__ = [
     "ELIGIBLE_COUNTED",
     "ELIGIBLE_PROBE",
@@ -22,24 +19,7 @@ __all__ = [
     "NEAREST",
     "PARTITIONS",
     "VECTOR",
-    "vector_literal",
 ]
-
-
-@lru_cache(maxsize=8)
-def _literal_format(dimensions: int) -> str:
-    return "[" + ",".join(["%.7g"] * dimensions) + "]"
-
-
-def vector_literal(values: Any) -> str:
-    """pgvector's text form of ``values`` (7 significant digits), for a bound parameter.
-
-    One ``%`` over the whole vector: formatting each float in a generator cost measurable
-    client time on every search and every chunk an ingest writes
-    (benchmarks/results/SEARCH-SPEED.md).
-    """
-    floats = values.tolist() if hasattr(values, "tolist") else [float(x) for x in values]
-    return _literal_format(len(floats)) % tuple(floats)
 
 
 #: Chunks of the filtered documents, as one array computed once (an InitPlan), not a join:

@@ -1,0 +1,29 @@
+"""The one vector codec speaks pgvector's own formats: what pgvector-python encodes and
+decodes is what the connector sends, in binary (COPY) and in text (bound parameters)."""
+
+from __future__ import annotations
+
+import numpy as np
+from pgvector import Vector
+
+from context_search.postgres.engine.vectors import vector_literal, vector_rows
+
+
+def _vectors() -> np.ndarray:
+    return np.random.default_rng(7).standard_normal((5, 384)).astype(np.float32)
+
+
+def test_binary_rows_are_pgvectors_wire_format() -> None:
+    vectors = _vectors()
+    rows = vector_rows(vectors)
+    assert [bytes(row) for row in rows] == [Vector(v).to_binary() for v in vectors]
+    assert np.array_equal(Vector.from_binary(rows[2]).to_numpy(), vectors[2])
+
+
+def test_text_literal_is_pgvectors_text_form_to_seven_digits() -> None:
+    vectors = _vectors()
+    literal = vector_literal(vectors[0])
+    decoded = Vector.from_text(literal).to_numpy()
+    assert decoded.shape == (384,)
+    assert np.allclose(decoded, vectors[0], rtol=1e-6, atol=0)
+    assert vector_literal(vectors[0].tolist()) == literal  # a list and an array alike
