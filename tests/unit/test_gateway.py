@@ -1,7 +1,7 @@
 """The agent tool gateway, as conformance-style scenarios any connector must pass.
 
 The scenario functions take a connector factory; this module runs them on the in-memory
-reference, ``tests/integration/test_gateway_postgres.py`` on PostgreSQL.
+reference, ``tests/postgres/test_gateway_postgres.py`` on PostgreSQL.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Routing decisions and commit tokens, without a server (the decisions are plain functions
-of observations and a clock reading; the driver side is tested in tests/integration)."""
+of observations and a clock reading; the driver side is tested in tests/postgres)."""
 
 from __future__ import annotations
 

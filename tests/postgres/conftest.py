@@ -1,4 +1,4 @@
-"""Every test in this directory is marked ``integration``.
+"""Every test in this directory and below it is marked ``integration``.
 
 The server fixtures (``context_search_dsn``, ``context_search_schema``, …) come from the
 package's own pytest plugin, :mod:`context_search.testing.plugin`, which installing the

@@ -32,7 +32,7 @@ from context_search.postgres.operations.partitions import (
     partition_index,
 )
 from context_search.postgres.operations.switch import switch_configuration
-from tests.integration import test_conformance_postgres
+from tests.postgres import test_conformance_postgres
 
 _WORDS = [
     "glacier",
