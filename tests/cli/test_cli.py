@@ -156,7 +156,8 @@ def test_status_shows_a_configuration_being_built_and_reindex_reconfigure_resolv
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from context_search import HashingEmbedder
-    from context_search.postgres import PostgresSearchConnector, switch
+    from context_search.postgres import PostgresSearchConnector
+    from context_search.postgres.operations import switch
 
     data = tmp_path / "records.jsonl"
     data.write_text(
