@@ -7,7 +7,8 @@ vs sync connector), plots, all;
 ``embedding`` (torch vs ONNX runtimes of the embedder, no server; not part of ``all``);
 ``partitions`` (one global HNSW vs a table partitioned by scope, 1M chunks; not in ``all``);
 ``switch`` (a live model switch of 100k chunks while a client searches and one writes; not
-in ``all``).
+in ``all``); ``footprint`` (bytes per chunk, buffers per search, build and streaming rate,
+ours beside the peer; not in ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
 """
@@ -43,7 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "suite",
-        choices=(*SUITES, "plots", "all", "reliability", "embedding", "partitions", "switch"),
+        choices=(
+            *SUITES,
+            "plots",
+            "all",
+            "reliability",
+            "embedding",
+            "partitions",
+            "switch",
+            "footprint",
+        ),
     )
     parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
     parser.add_argument(
@@ -61,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         "dataset's existing result (BENCHMARKS.md is left as it is).",
     )
     parser.add_argument("--sizes", default="10000,100000", help="Latency index sizes (chunks).")
+    parser.add_argument(
+        "--footprint-sizes", default="100000", help="Footprint index sizes (chunks)."
+    )
     parser.add_argument("--filtered-chunks", type=int, default=100_000)
     parser.add_argument(
         "--partition-rows", type=int, default=1_000_000, help="Partitions suite: chunks."
@@ -109,12 +122,18 @@ def main(argv: list[str] | None = None) -> int:
         for suite in suites:
             module: Any = __import__(f"benchmarks.{suite}", fromlist=["run", "markdown"])
             kwargs: dict[str, Any] = {}
-            if suite in ("quality", "latency"):
+            if suite in ("quality", "latency", "footprint"):
                 kwargs["peer"] = not args.no_peer
             if suite == "latency":
                 kwargs["sizes"] = sizes
                 if args.tiny:
                     kwargs["per_client"] = 5
+            if suite == "footprint":
+                kwargs["sizes"] = (
+                    (300,) if args.tiny else tuple(int(s) for s in args.footprint_sizes.split(","))
+                )
+                if args.tiny:
+                    kwargs["queries"] = 5
             if suite == "filtered":
                 kwargs["chunks"] = 300 if args.tiny else args.filtered_chunks
             if suite == "partitions":

@@ -59,3 +59,21 @@ def test_the_switch_suite_runs_on_a_tiny_dataset(context_search_dsn: str, tmp_pa
     assert writes["lost"] == writes["failed"] == 0 and writes["written"] > 0
     assert searches["after"] > 0 and searches["reopened"] == 1
     assert "<!-- bench:switch -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+
+
+def test_the_footprint_suite_weighs_both_sides(context_search_dsn: str, tmp_path: Path) -> None:
+    argv = ["footprint", "--tiny", "--dsn", context_search_dsn, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    level = json.loads((tmp_path / "footprint.json").read_text(encoding="utf-8"))["levels"][0]
+    for side in ("ours", "peer"):
+        got = level[side]
+        # Every byte counted belongs to a named part, and the parts add up to the total.
+        parts = sum(sum(p.values()) for p in got["bytes"]["tables"].values())
+        assert parts == got["bytes"]["total"] > 0
+        assert got["buffers_per_search_median"] > 0 and got["stream_chunks_per_s"] > 0
+    assert "chunks" in level["ours"]["bytes"]["tables"]
+    assert set(level["peer"]["bytes"]["tables"]) == {"bench_peer_footprint"}
+    assert any(
+        p.startswith("index ") for p in level["peer"]["bytes"]["tables"]["bench_peer_footprint"]
+    )
+    assert "<!-- bench:footprint -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
