@@ -128,7 +128,7 @@ def _summary(samples: list[float], wall_s: float) -> dict[str, float]:
     return {**percentiles(samples), "qps": round(len(samples) / wall_s, 1)}
 
 
-_BARE_HNSW = text("SELECT doc_id FROM chunks ORDER BY embedding <=> CAST(:q AS vector) LIMIT 10")
+_BARE_HNSW = text("SELECT doc_id FROM chunks ORDER BY embedding <=> CAST(:q AS halfvec) LIMIT 10")
 
 
 def _bare_hnsw(store: PostgresSearchConnector) -> Any:

@@ -4,9 +4,14 @@ decodes is what the connector sends, in binary (COPY) and in text (bound paramet
 from __future__ import annotations
 
 import numpy as np
-from pgvector import Vector
+from pgvector import HalfVector, Vector
 
-from context_search.postgres.engine.vectors import vector_literal, vector_rows
+from context_search.postgres.engine.vectors import (
+    halfvec_literal,
+    halfvec_rows,
+    vector_literal,
+    vector_rows,
+)
 
 
 def _vectors() -> np.ndarray:
@@ -27,3 +32,21 @@ def test_text_literal_is_pgvectors_text_form_to_seven_digits() -> None:
     assert decoded.shape == (384,)
     assert np.allclose(decoded, vectors[0], rtol=1e-6, atol=0)
     assert vector_literal(vectors[0].tolist()) == literal  # a list and an array alike
+
+
+def test_halfvec_rows_are_pgvectors_halfvec_wire_format() -> None:
+    vectors = _vectors()
+    rows = halfvec_rows(vectors)
+    assert [bytes(row) for row in rows] == [HalfVector(v).to_binary() for v in vectors]
+    decoded = HalfVector.from_binary(rows[1]).to_numpy()
+    assert np.array_equal(decoded, vectors[1].astype(np.float16))
+
+
+def test_halfvec_literal_names_the_same_half_precision_values_as_the_binary_rows() -> None:
+    """Text (row path, query) and binary (COPY) must store identical bits."""
+    vectors = _vectors() / 7  # small components: many fall between half-precision steps
+    for v in vectors:
+        text = np.array(Vector.from_text(halfvec_literal(v)).to_numpy(), dtype=np.float32)
+        # Parsed as float32 and rounded to half precision (what the server does), the
+        # text names the value COPY sends.
+        assert np.array_equal(text.astype(np.float16), v.astype(np.float16))

@@ -41,7 +41,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
     try:
         assert current_revision(engine, schema=context_search_schema) is None
         migrate(engine, schema=context_search_schema)
-        assert current_revision(engine, schema=context_search_schema) == "0010"
+        assert current_revision(engine, schema=context_search_schema) == "0011"
         assert {"documents", "chunks", "gaps", "index_configs", "index_jobs"} <= _tables(
             context_search_dsn, context_search_schema
         )
@@ -58,7 +58,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
                 (context_search_schema,),
             ).fetchall()
         assert "hnsw" in indexes["ix_chunks_embedding_hnsw"]
-        assert "vector_cosine_ops" in indexes["ix_chunks_embedding_hnsw"]
+        assert "halfvec_cosine_ops" in indexes["ix_chunks_embedding_hnsw"]
         assert "gin" in indexes["ix_chunks_tsv_gin"]
         assert {r[0] for r in rls} == {
             "documents",
@@ -71,7 +71,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
         downgrade(engine, schema=context_search_schema)
         assert _tables(context_search_dsn, context_search_schema) == {"alembic_version"}
         migrate(engine, schema=context_search_schema)
-        assert current_revision(engine, schema=context_search_schema) == "0010"
+        assert current_revision(engine, schema=context_search_schema) == "0011"
     finally:
         close_store_engine(engine)
 

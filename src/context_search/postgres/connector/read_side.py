@@ -359,6 +359,6 @@ def _vectors_match(settings: IndexSettings) -> Iterator[None]:
     try:
         yield
     except BackendError as exc:
-        if exc.details.get("sqlstate") == "22000" and "vector dimensions" in str(exc):
+        if exc.details.get("sqlstate") == "22000" and "vec dimensions" in str(exc):
             _require_config(settings, None)
         raise

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import VECTOR
+from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import (
     REAL,
     BigInteger,
@@ -171,7 +171,7 @@ class ChunkRow(Base):
             "embedding",
             postgresql_using="hnsw",
             postgresql_with={"m": 16, "ef_construction": 64},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
         ),
     )
 
@@ -183,7 +183,7 @@ class ChunkRow(Base):
     text: Mapped[str]
     token_count: Mapped[int] = mapped_column(Integer)
     tsv: Mapped[Any] = mapped_column(TSVECTOR)
-    embedding: Mapped[Any] = mapped_column(VECTOR(DEFAULT_DIMENSION))
+    embedding: Mapped[Any] = mapped_column(HALFVEC(DEFAULT_DIMENSION))
     permission_scope: Mapped[str] = mapped_column(String(256))
     lifecycle: Mapped[str] = mapped_column(String(16))
     content_id: Mapped[str]

@@ -1,9 +1,13 @@
 """How vectors travel to pgvector: the text form of a bound parameter (a search's query
 vector, the chunks of a row-path write) and the binary form of a ``COPY`` row.
 
-pgvector-python's ``Vector`` encodes one vector at a time and writes every float's shortest
-repr; here a batch's matrix is converted to big-endian float32 at once, and the text form
-keeps the 7 significant digits every stored vector was written with.
+The index stores ``halfvec`` (migration 0011). Both forms carry values already rounded to
+half precision: rounded once, on the client, a chunk written through the row path (text)
+and through COPY (binary) stores the same bits, where the server's rounding of a 7-digit
+decimal and of the exact float32 may land on neighbouring half-precision values.
+
+pgvector-python's ``Vector``/``HalfVector`` encode one vector at a time and write every
+float's shortest repr; here a batch's matrix is converted at once.
 """
 
 from __future__ import annotations
@@ -17,7 +21,16 @@ import psycopg
 from psycopg.adapt import Dumper, PyFormat
 from psycopg.pq import Format
 
-__all__ = ["VectorBytes", "vector_literal", "vector_oid", "vector_rows"]
+__all__ = [
+    "HalfvecBytes",
+    "VectorBytes",
+    "halfvec_literal",
+    "halfvec_oid",
+    "halfvec_rows",
+    "vector_literal",
+    "vector_oid",
+    "vector_rows",
+]
 
 
 @lru_cache(maxsize=8)
@@ -36,8 +49,19 @@ def vector_literal(values: Any) -> str:
     return _literal_format(len(floats)) % tuple(floats)
 
 
+def halfvec_literal(values: Any) -> str:
+    """pgvector's text form of ``values`` rounded to half precision (7 digits name every
+    half-precision value exactly enough to parse back to it)."""
+    half = np.asarray(values, dtype=np.float32).astype(np.float16)
+    return _literal_format(len(half)) % tuple(half.astype(np.float64).tolist())
+
+
 class VectorBytes(bytes):
     """A vector already in pgvector's binary wire format."""
+
+
+class HalfvecBytes(bytes):
+    """A ``halfvec`` already in pgvector's binary wire format."""
 
 
 class _BinaryDumper(Dumper):
@@ -47,16 +71,25 @@ class _BinaryDumper(Dumper):
         return bytes(obj)
 
 
+def _oid(raw: Any, cls: type[bytes], type_name: str) -> int:
+    try:
+        return int(raw.adapters.get_dumper(cls, PyFormat.BINARY).oid)
+    except psycopg.ProgrammingError:
+        oid = int(raw.execute(f"SELECT CAST('public.{type_name}' AS regtype)::oid").fetchone()[0])
+        dumper = type(f"{cls.__name__}Dumper", (_BinaryDumper,), {"oid": oid})
+        raw.adapters.register_dumper(cls, dumper)
+        return oid
+
+
 def vector_oid(raw: Any) -> int:
     """Teach this connection to send :class:`VectorBytes` as ``vector`` (once per pooled
     connection; only that type is affected) and return the type's oid."""
-    try:
-        return int(raw.adapters.get_dumper(VectorBytes, PyFormat.BINARY).oid)
-    except psycopg.ProgrammingError:
-        oid = int(raw.execute("SELECT CAST('public.vector' AS regtype)::oid").fetchone()[0])
-        dumper = type("VectorDumper", (_BinaryDumper,), {"oid": oid})
-        raw.adapters.register_dumper(VectorBytes, dumper)
-        return oid
+    return _oid(raw, VectorBytes, "vector")
+
+
+def halfvec_oid(raw: Any) -> int:
+    """The same for :class:`HalfvecBytes` as ``halfvec``."""
+    return _oid(raw, HalfvecBytes, "halfvec")
 
 
 def vector_rows(vectors: np.ndarray[Any, Any]) -> list[VectorBytes]:
@@ -66,3 +99,12 @@ def vector_rows(vectors: np.ndarray[Any, Any]) -> list[VectorBytes]:
     header = struct.pack(">HH", dim, 0)
     big = np.ascontiguousarray(vectors, dtype=">f4")
     return [VectorBytes(header + big[i].tobytes()) for i in range(n)]
+
+
+def halfvec_rows(vectors: np.ndarray[Any, Any]) -> list[HalfvecBytes]:
+    """Each row of ``vectors`` in ``halfvec``'s binary form (big-endian float16 after a
+    dimension header), rounded to half precision the way :func:`halfvec_literal` rounds."""
+    n, dim = vectors.shape
+    header = struct.pack(">HH", dim, 0)
+    big = np.asarray(vectors, dtype=np.float32).astype(">f2")
+    return [HalfvecBytes(header + big[i].tobytes()) for i in range(n)]

@@ -450,7 +450,7 @@ def _carve(raw: Any, table: str, scope: str) -> None:
     run(sql.SQL("DELETE FROM {} WHERE {}").format(default, where))
     dimension = run(
         "SELECT max(atttypmod) FROM pg_attribute "
-        "WHERE attrelid = CAST(%s AS regclass) AND atttypid = CAST('vector' AS regtype)",
+        "WHERE attrelid = CAST(%s AS regclass) AND atttypid = CAST('halfvec' AS regtype)",
         (table,),
     ).fetchone()[0]
     mem_mb, workers = build_settings(max(1, moved), int(dimension or 0))

@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 
 from context_search.fusion import FusionSettings
 from context_search.postgres.engine.drivers import driver_of
-from context_search.postgres.engine.vectors import vector_literal
+from context_search.postgres.engine.vectors import halfvec_literal
 from context_search.postgres.read.rows import StatementRows, result_columns
 from context_search.postgres.read.session import SEARCH_TUNING, ReadSession
 from context_search.postgres.read.sql.filters import (
@@ -181,7 +181,7 @@ class SearchStatements:
             # Only phrases and negations can reject a candidate found through a query term.
             "qcheck": bool(lexical["qphrases"] or lexical["qnegated"]),
             "ts_config": self.text_search_config,
-            "qvec": None if qvec is None else vector_literal(qvec),
+            "qvec": None if qvec is None else halfvec_literal(qvec),
             "vector_weight": vector_weight,
             "vector_used": vector_weight > 0,
             "min_sim": vq.min_similarity,

@@ -19,7 +19,7 @@ from sqlalchemy.types import Integer, Text
 
 from context_search.contract import Lifecycle, RecordOutcome
 from context_search.embedding import Embedder
-from context_search.postgres.engine.vectors import vector_literal
+from context_search.postgres.engine.vectors import halfvec_literal
 from context_search.postgres.settings import IndexSettings
 from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks
 from context_search.postgres.write.gate import LOCK_DOCS, enter_write, lock_documents
@@ -169,7 +169,7 @@ _INSERT_CHUNKS = text(
                         embedding, permission_scope, lifecycle, content_id, config_revision)
     SELECT v.doc_id, v.ordinal, v.start_byte, v.end_byte, v.text,
            (SELECT count(*) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
-           v.tsv, CAST(v.embedding AS vector), v.scope, v.lifecycle, v.content_id, :revision
+           v.tsv, CAST(v.embedding AS halfvec), v.scope, v.lifecycle, v.content_id, :revision
     FROM (
         SELECT u.*, to_tsvector(CAST(:ts_config AS regconfig), u.index_text) AS tsv
         FROM unnest(:doc_ids, :ordinals, :starts, :ends, :texts, :index_texts, :embeddings,
@@ -461,7 +461,7 @@ def _insert_chunks(
             cols["ends"].append(chunk.end_byte)
             cols["texts"].append(chunk.text)
             cols["index_texts"].append(index_text)
-            cols["embeddings"].append(vector_literal(vectors[i]))
+            cols["embeddings"].append(halfvec_literal(vectors[i]))
             cols["scopes"].append(s.permission_scope)
             cols["lifecycles"].append(s.lifecycle)
             cols["content_ids"].append(s.content_id)

@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy import Connection, text
 
 from context_search.postgres.engine.drivers import driver_of
-from context_search.postgres.engine.vectors import vector_oid, vector_rows
+from context_search.postgres.engine.vectors import halfvec_oid, halfvec_rows
 from context_search.postgres.write.postings import insert_postings
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ _STAGE = "pg_temp.cs_stage_chunks"
 _CREATE_STAGE = text(
     f"CREATE TEMP TABLE IF NOT EXISTS {_STAGE} ("
     "doc_id text, ordinal int4, start_byte int4, end_byte int4, text text, index_text text, "
-    "embedding public.vector, permission_scope text, lifecycle text, content_id text"
+    "embedding public.halfvec, permission_scope text, lifecycle text, content_id text"
     ") ON COMMIT DELETE ROWS"
 )
 _COPY = (
@@ -76,8 +76,8 @@ def copy_chunks(
     the index, in the caller's transaction. Returns the number of chunks written."""
     conn.execute(_CREATE_STAGE)
     raw = driver_of(conn)
-    vector = vector_oid(raw)
-    encoded = vector_rows(vectors)
+    vector = halfvec_oid(raw)
+    encoded = halfvec_rows(vectors)
     i = 0
     with raw.cursor() as cur, cur.copy(_COPY) as copy:
         copy.set_types(

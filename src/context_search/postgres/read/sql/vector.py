@@ -85,20 +85,20 @@ NEAREST = """
     -- planner off the HNSW index). Otherwise: HNSW with an iterative scan, so filters
     -- applied during the scan cannot leave the pool short. One branch runs; the other is
     -- cut by its one-time filter.
-    (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
+    (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS halfvec) AS distance
      FROM chunks c
      WHERE :vector_used AND (SELECT small FROM eligible_probe)
        AND c.permission_scope = ANY(CAST(:scopes AS text[]))
        AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){in_docs}
-     ORDER BY (c.embedding <=> CAST(:qvec AS vector)) + 0
+     ORDER BY (c.embedding <=> CAST(:qvec AS halfvec)) + 0
      LIMIT {chunk_pool})
     UNION ALL
-    (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS vector) AS distance
+    (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS halfvec) AS distance
      FROM chunks c
      WHERE :vector_used AND NOT (SELECT small FROM eligible_probe)
        AND c.permission_scope = ANY(CAST(:scopes AS text[]))
        AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){in_docs}
-     ORDER BY c.embedding <=> CAST(:qvec AS vector)
+     ORDER BY c.embedding <=> CAST(:qvec AS halfvec)
      LIMIT {chunk_pool})
 """
 
