@@ -11,7 +11,12 @@ import pytest
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.engine.migrations import current_revision, downgrade, migrate
+from context_search.postgres.engine.migrations import (
+    current_revision,
+    downgrade,
+    head_revision,
+    migrate,
+)
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
 from context_search.postgres.indexes.builds import VECTOR_INDEX, pending_builds
 
@@ -92,7 +97,7 @@ def test_a_float32_index_converts_in_place_and_ranks_alike(
     assert index is not None and "vector_cosine_ops" in index
 
     migrate(engine, schema=context_search_schema)  # type: ignore[arg-type]
-    assert current_revision(engine, schema=context_search_schema) == "0011"  # type: ignore[arg-type]
+    assert current_revision(engine, schema=context_search_schema) == head_revision()  # type: ignore[arg-type]
     typ, dim, storage, index = _column(context_search_dsn, context_search_schema)
     assert (typ, dim, storage) == ("halfvec", embedder.dimension, "m")
     assert index is not None and "halfvec_cosine_ops" in index and "hnsw" in index

@@ -165,7 +165,6 @@ class ChunkRow(Base):
         CheckConstraint("start_byte >= 0 AND end_byte >= start_byte", name="span"),
         UniqueConstraint("doc_id", "ordinal"),
         Index(None, "permission_scope", "lifecycle"),
-        Index("ix_chunks_tsv_gin", "tsv", postgresql_using="gin"),
         Index(
             "ix_chunks_embedding_hnsw",
             "embedding",

@@ -60,7 +60,7 @@ DEFER_RATIO = 0.25
 #: catalog before the drop and kept in the comment of ``chunks`` until they are built again,
 #: so a process killed in between leaves a note of exactly what to rebuild.
 VECTOR_INDEX = "ix_chunks_embedding_hnsw"
-LEXICAL_INDEXES = ("ix_chunks_tsv_gin", "ix_postings_lexeme_scope_impact")
+LEXICAL_INDEXES = ("ix_postings_lexeme_scope_impact",)
 DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
 _MARKER = "context-search deferred index builds: "
 
