@@ -6,7 +6,7 @@ first and builds it once at the end with ``CREATE INDEX CONCURRENTLY``, outside 
 transaction, so neither blocks readers or other writers (not on tables partitioned by scope,
 whose indexes cannot be built concurrently: there every partition's graph takes its rows
 as they come); a load into an empty index does the
-same with the lexical search indexes (GIN on ``tsv``, postings by lexeme and impact).
+same with the lexical search index (postings by lexeme, scope and impact).
 Meanwhile searches stay correct: the vector arm computes exact distances, the lexical stage
 reads the tables (slower as the load grows). A session advisory lock marks a load in
 progress, and the dropped indexes' definitions stay noted in the comment of ``chunks`` until

@@ -9,7 +9,7 @@ its large or heavily searched scopes partitions of their own::
     connector.partition_scopes(["tenant-a", "tenant-b"])
 
 ``chunks`` and ``postings`` become LIST-partitioned by ``permission_scope``: one partition
-per named scope, each with its own HNSW graph, GIN and postings index, and a DEFAULT
+per named scope, each with its own HNSW graph and postings index, and a DEFAULT
 partition holding every other scope (which is where the existing rows stay: converting an
 index renames its tables into the default partitions and reuses their search indexes; only
 the keys' B-trees are built again, now with the scope in them). A search names its scopes
