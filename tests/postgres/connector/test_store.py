@@ -65,6 +65,9 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
         assert "hnsw" in indexes["ix_chunks_embedding_hnsw"]
         assert "halfvec_cosine_ops" in indexes["ix_chunks_embedding_hnsw"]
         assert "ix_chunks_tsv_gin" not in indexes  # no statement reads it (migration 0012)
+        # Postings are found by chunk through a deduplicated index, not a key (0013).
+        assert "pk_postings" not in indexes
+        assert indexes["ix_postings_chunk_id"].endswith("USING btree (chunk_id)")
         assert {r[0] for r in rls} == {
             "documents",
             "chunks",

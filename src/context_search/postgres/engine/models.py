@@ -242,7 +242,12 @@ class IndexJobRow(Base):
 
 
 class PostingRow(Base):
-    """One lexeme of one chunk: term frequency and impact (BM25's tf part) for the lexical arm."""
+    """One lexeme of one chunk: term frequency and impact (BM25's tf part) for the lexical arm.
+
+    No primary key in the database (migration 0013): a deduplicated index on ``chunk_id``
+    finds a chunk's postings at a fraction of a key's bytes. The ORM maps
+    ``(chunk_id, lexeme)`` as the identity, which every write keeps unique.
+    """
 
     __tablename__ = "postings"
     __table_args__ = (
@@ -256,12 +261,14 @@ class PostingRow(Base):
             text("impact DESC"),
             postgresql_include=["chunk_id"],
         ),
+        Index("ix_postings_chunk_id", "chunk_id"),
     )
+    __mapper_args__ = {"primary_key": ["chunk_id", "lexeme"]}  # noqa: RUF012
 
     # No foreign key (migration 0006): every write derives postings from the chunks it
     # writes, and every removal of chunks removes their postings in the same statement.
-    chunk_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    chunk_id: Mapped[int] = mapped_column(BigInteger)
+    lexeme: Mapped[str] = mapped_column(Text)
     tf: Mapped[int] = mapped_column(Integer)
     impact: Mapped[float] = mapped_column(REAL)
     permission_scope: Mapped[str] = mapped_column(String(256))

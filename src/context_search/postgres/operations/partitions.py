@@ -21,9 +21,9 @@ commit.
 What PostgreSQL requires of a partitioned table, and what it costs here:
 
 - every primary and unique key includes the partition key: ``chunks`` is keyed by
-  ``(chunk_id, permission_scope)`` and ``postings`` by ``(chunk_id, lexeme,
-  permission_scope)``. ``chunk_id`` still comes from one identity sequence, and a chunk's
-  scope is its document's, so the keys are as unique as before;
+  ``(chunk_id, permission_scope)`` (``postings`` has no key, only an index on
+  ``chunk_id``: migration 0013). ``chunk_id`` still comes from one identity sequence, and a
+  chunk's scope is its document's, so the key is as unique as before;
 - triggers with transition tables live on the partitioned table only (the ``term_stats``
   triggers are recreated there);
 - ``CREATE INDEX CONCURRENTLY`` does not apply to partitioned indexes, so large loads into
