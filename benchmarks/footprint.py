@@ -165,15 +165,7 @@ def run(
                 ).chunks_written
             stream_s = time.perf_counter() - t1
         drop_index(dsn, SCHEMA)
-        level["ours"] = {
-            "chunks": chunks,
-            "build_s": round(build_s, 1),
-            "build_chunks_per_s": round(chunks / build_s),
-            "stream_chunks_per_s": round(streamed_chunks / stream_s),
-            "bytes": ours_bytes,
-            "bytes_per_chunk": _per_chunk(ours_bytes, chunks),
-            "buffers_per_search_median": statistics.median(buffers),
-        }
+        level["ours"] = _side(chunks, build_s, streamed_chunks, stream_s, ours_bytes, buffers)
         log(f"  ours: {_brief(level['ours'])}")
         if peer:
             level["peer"] = _peer(dsn, embedder, ids, texts, vectors, batches * stream, qtexts)
@@ -240,13 +232,24 @@ def _peer(
     stream_s = time.perf_counter() - t1
     p.drop()
     p.close()
+    return _side(n, build_s, streamed, stream_s, peer_bytes, buffers)
+
+
+def _side(
+    chunks: int,
+    build_s: float,
+    streamed: int,
+    stream_s: float,
+    weighed: dict[str, Any],
+    buffers: list[int],
+) -> dict[str, Any]:
     return {
-        "chunks": n,
+        "chunks": chunks,
         "build_s": round(build_s, 1),
-        "build_chunks_per_s": round(n / build_s),
+        "build_chunks_per_s": round(chunks / build_s),
         "stream_chunks_per_s": round(streamed / stream_s),
-        "bytes": peer_bytes,
-        "bytes_per_chunk": _per_chunk(peer_bytes, n),
+        "bytes": weighed,
+        "bytes_per_chunk": _per_chunk(weighed, chunks),
         "buffers_per_search_median": statistics.median(buffers),
     }
 
