@@ -312,7 +312,7 @@ def markdown(result: dict[str, Any]) -> str:
         for lv in result["levels"]
     )
     return (
-        "## Footprint: bytes per chunk, buffers per search, build and streaming\n\n"
+        "### Footprint — bytes per chunk, buffers per search, build and streaming\n\n"
         + header(result)
         + "\n\n"
         + table
