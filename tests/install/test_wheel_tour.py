@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from benchmarks.install_size import readme_install_lines, with_wheel
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,15 +35,6 @@ def _run(
 def _ok(proc: subprocess.CompletedProcess[str]) -> str:
     assert proc.returncode == 0, f"{proc.args}\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
-
-
-def readme_install_lines() -> list[list[str]]:
-    """The ``pip install`` lines of the README's Install section, as argv lists."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Install", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```bash", 1)[1].split("```", 1)[0]
-    lines = [ln.split("#", 1)[0].strip() for ln in block.splitlines()]
-    return [shlex.split(ln) for ln in lines if ln.startswith("pip install")]
 
 
 def readme_tour_commands() -> set[str]:
@@ -92,12 +83,9 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
         "LANG": "C.UTF-8",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
-    for argv in readme_install_lines():
+    for line in readme_install_lines():
         # The README installs "context-search" from an index; here it is the wheel just built.
-        argv = [
-            str(wheel) + a.removeprefix("context-search") if a.startswith("context-search") else a
-            for a in argv
-        ]
+        argv = with_wheel(line, wheel)
         assert argv[:2] == ["pip", "install"]
         _ok(_run([str(root / "bin" / "pip"), *argv[1:], "-q"], env=env))
     # Nothing of the checkout is on the venv's path: its env holds no PYTHONPATH, and the
