@@ -136,3 +136,45 @@ def test_a_deferred_vector_build_is_noted_with_the_new_operator_class(
         # The noted definition builds on the converted column.
         conn.execute(pending[VECTOR_INDEX])
     assert "halfvec_cosine_ops" in str(_column(context_search_dsn, context_search_schema)[3])
+
+
+def test_a_partitioned_index_converts_through_its_parent(
+    context_search_dsn: str, context_search_schema: str, engine: object
+) -> None:
+    """Every partition's column and HNSW graph follow the parent, both ways."""
+    embedder = HashingEmbedder()
+    records = _records()
+    moved = [
+        ContextDocumentRecord(
+            document_id=f"t{r.document_id}", body=r.body, permission_scope="tenant"
+        )
+        for r in records[:10]
+    ]
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=embedder, schema=context_search_schema
+    ) as store:
+        store.upsert([*records, *moved])
+        store.partition_scopes(["tenant"])
+        stored = _hits(store)
+
+    def graphs() -> list[str]:
+        with psycopg.connect(context_search_dsn) as conn:
+            rows = conn.execute(
+                "SELECT i.indexdef FROM pg_indexes i JOIN pg_class c "
+                "ON c.relname = i.tablename AND c.relnamespace = to_regnamespace(i.schemaname) "
+                "WHERE i.schemaname = %s AND i.indexdef LIKE '%%USING hnsw%%' AND c.relkind = 'r'",
+                (context_search_schema,),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    assert len(graphs()) == 2 and all("halfvec_cosine_ops" in g for g in graphs())
+    downgrade(engine, schema=context_search_schema, revision="0010")  # type: ignore[arg-type]
+    assert len(graphs()) == 2 and all("vector_cosine_ops" in g for g in graphs())
+    migrate(engine, schema=context_search_schema)  # type: ignore[arg-type]
+    assert len(graphs()) == 2 and all("halfvec_cosine_ops" in g for g in graphs())
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=embedder, schema=context_search_schema
+    ) as store:
+        assert _hits(store) == stored
+        tenant = store.search(SearchQuery(query="alpha beta", allowed_scopes=["tenant"])).hits
+        assert tenant and all(h.doc_id.startswith("t") for h in tenant)
