@@ -34,17 +34,37 @@ def test_text_literal_is_pgvectors_text_form_to_seven_digits() -> None:
     assert vector_literal(vectors[0].tolist()) == literal  # a list and an array alike
 
 
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
 def test_halfvec_rows_are_pgvectors_halfvec_wire_format() -> None:
-    vectors = _vectors()
+    vectors = _unit(_vectors())
     rows = halfvec_rows(vectors)
     assert [bytes(row) for row in rows] == [HalfVector(v).to_binary() for v in vectors]
     decoded = HalfVector.from_binary(rows[1]).to_numpy()
     assert np.array_equal(decoded, vectors[1].astype(np.float16))
 
 
+def test_any_scale_is_stored_at_unit_length_without_overflow_or_underflow() -> None:
+    """Cosine ignores length; half precision does not (65504 at most, 6e-8 at least)."""
+    vectors = _vectors()
+    unit = [bytes(r) for r in halfvec_rows(vectors)]
+    for scale in (1e6, 1e-7):
+        rows = halfvec_rows(vectors * scale)
+        assert [bytes(r) for r in rows] == unit
+        decoded = np.array([HalfVector.from_binary(r).to_numpy() for r in rows], np.float32)
+        assert np.isfinite(decoded).all()
+        assert np.allclose(np.linalg.norm(decoded, axis=1), 1.0, atol=2e-3)
+        text = Vector.from_text(halfvec_literal(vectors[0] * scale)).to_numpy()
+        assert np.array_equal(text.astype(np.float16), decoded[0].astype(np.float16))
+    zero = halfvec_rows(np.zeros((1, 384), dtype=np.float32))[0]
+    assert not HalfVector.from_binary(zero).to_numpy().any()  # left to the embedder's guard
+
+
 def test_halfvec_literal_names_the_same_half_precision_values_as_the_binary_rows() -> None:
     """Text (row path, query) and binary (COPY) must store identical bits."""
-    vectors = _vectors() / 7  # small components: many fall between half-precision steps
+    vectors = _unit(_vectors())  # components near 0.05: many fall between half steps
     for v in vectors:
         text = np.array(Vector.from_text(halfvec_literal(v)).to_numpy(), dtype=np.float32)
         # Parsed as float32 and rounded to half precision (what the server does), the

@@ -1,10 +1,11 @@
 """How vectors travel to pgvector: the text form of a bound parameter (a search's query
 vector, the chunks of a row-path write) and the binary form of a ``COPY`` row.
 
-The index stores ``halfvec`` (migration 0011). Both forms carry values already rounded to
-half precision: rounded once, on the client, a chunk written through the row path (text)
-and through COPY (binary) stores the same bits, where the server's rounding of a 7-digit
-decimal and of the exact float32 may land on neighbouring half-precision values.
+The index stores ``halfvec`` (migration 0011). Both forms carry values already scaled to unit
+length and rounded to half precision: rounded once, on the client, a chunk written through
+the row path (text) and through COPY (binary) stores the same bits, where the server's
+rounding of a 7-digit decimal and of the exact float32 may land on neighbouring
+half-precision values.
 
 pgvector-python's ``Vector``/``HalfVector`` encode one vector at a time and write every
 float's shortest repr; here a batch's matrix is converted at once.
@@ -49,10 +50,23 @@ def vector_literal(values: Any) -> str:
     return _literal_format(len(floats)) % tuple(floats)
 
 
+def _half(vectors: Any) -> np.ndarray[Any, Any]:
+    """Rows scaled to unit length, then rounded to half precision.
+
+    Every distance the index computes is a cosine, which a row's length does not change;
+    at unit length no component can overflow half precision's 65504 or sink into its
+    subnormals, whatever scale an embedder returns.
+    """
+    rows = np.array(vectors, dtype=np.float32, ndmin=2)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    unit: np.ndarray[Any, Any] = np.divide(rows, norms, out=rows, where=norms > 0)
+    return unit.astype(np.float16)
+
+
 def halfvec_literal(values: Any) -> str:
-    """pgvector's text form of ``values`` rounded to half precision (7 digits name every
-    half-precision value exactly enough to parse back to it)."""
-    half = np.asarray(values, dtype=np.float32).astype(np.float16)
+    """pgvector's text form of ``values`` at unit length in half precision (7 digits name
+    every half-precision value exactly enough to parse back to it)."""
+    half = _half(values)[0]
     return _literal_format(len(half)) % tuple(half.astype(np.float64).tolist())
 
 
@@ -103,8 +117,8 @@ def vector_rows(vectors: np.ndarray[Any, Any]) -> list[VectorBytes]:
 
 def halfvec_rows(vectors: np.ndarray[Any, Any]) -> list[HalfvecBytes]:
     """Each row of ``vectors`` in ``halfvec``'s binary form (big-endian float16 after a
-    dimension header), rounded to half precision the way :func:`halfvec_literal` rounds."""
+    dimension header), scaled and rounded the way :func:`halfvec_literal` does it."""
     n, dim = vectors.shape
     header = struct.pack(">HH", dim, 0)
-    big = np.asarray(vectors, dtype=np.float32).astype(">f2")
+    big = _half(vectors).astype(">f2")
     return [HalfvecBytes(header + big[i].tobytes()) for i in range(n)]
