@@ -18,7 +18,7 @@ from context_search.postgres.engine.migrations import (
     migrate,
 )
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
-from context_search.postgres.indexes.builds import VECTOR_INDEX, pending_builds
+from context_search.postgres.indexes.builds import DEFERRED_NOTE, VECTOR_INDEX, pending_builds
 
 pytestmark = pytest.mark.integration
 
@@ -122,7 +122,7 @@ def test_a_deferred_vector_build_is_noted_with_the_new_operator_class(
         ).fetchone()
         assert "vector_cosine_ops" in definition
         conn.execute(f"DROP INDEX {VECTOR_INDEX}")
-        note = "context-search deferred index builds: " + json.dumps({VECTOR_INDEX: definition})
+        note = DEFERRED_NOTE + json.dumps({VECTOR_INDEX: definition})
         conn.execute(
             psycopg.sql.SQL("COMMENT ON TABLE chunks IS {}").format(psycopg.sql.Literal(note))
         )

@@ -307,7 +307,7 @@ def _kill_mid_load(dsn: str, schema: str) -> None:
                 (schema, list(builds.DEFERRABLE)),
             ).fetchall()
         )
-        note = builds._MARKER + json.dumps(definitions)
+        note = builds.DEFERRED_NOTE + json.dumps(definitions)
         conn.execute(sql.SQL("COMMENT ON TABLE chunks IS {}").format(sql.Literal(note)))
         for name in definitions:
             conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))

@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from alembic import op
 from sqlalchemy import text
 
+from context_search.postgres.indexes.builds import DEFERRED_NOTE, build_settings
+
 revision: str = "0011"
 down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-_NOTE = "context-search deferred index builds: "
 
 
 def _convert(new_type: str, old_ops: str, new_ops: str) -> None:
@@ -58,8 +58,6 @@ def _convert(new_type: str, old_ops: str, new_ops: str) -> None:
     # vector in the row (migration 0010).
     op.execute("ALTER TABLE chunks ALTER COLUMN embedding SET STORAGE MAIN")
     if indexes:
-        from context_search.postgres.indexes.builds import build_settings
-
         mem_mb, workers = build_settings(estimate, int(dimension))
         op.execute(f"SET LOCAL maintenance_work_mem = '{int(mem_mb)}MB'")
         op.execute(f"SET LOCAL max_parallel_maintenance_workers = {int(workers)}")
@@ -68,7 +66,7 @@ def _convert(new_type: str, old_ops: str, new_ops: str) -> None:
         # parent, the index is made on every partition too.
         op.execute(definition.replace(old_ops, new_ops).replace(" ON ONLY ", " ON "))
     note = bind.execute(text("SELECT obj_description('chunks'::regclass, 'pg_class')")).scalar()
-    if note and note.startswith(_NOTE) and old_ops in note:
+    if note and note.startswith(DEFERRED_NOTE) and old_ops in note:
         bind.execute(
             text("SELECT set_config('cs.note', :n, true)"),
             {"n": note.replace(old_ops, new_ops)},

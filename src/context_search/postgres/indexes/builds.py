@@ -34,6 +34,7 @@ from context_search.postgres.indexes.statistics import vacuum_after_write
 
 __all__ = [
     "DEFERRABLE",
+    "DEFERRED_NOTE",
     "DEFER_MIN_CHUNKS",
     "IS_PARTITIONED",
     "LEXICAL_INDEXES",
@@ -62,7 +63,7 @@ DEFER_RATIO = 0.25
 VECTOR_INDEX = "ix_chunks_embedding_hnsw"
 LEXICAL_INDEXES = ("ix_postings_lexeme_scope_impact",)
 DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
-_MARKER = "context-search deferred index builds: "
+DEFERRED_NOTE = "context-search deferred index builds: "
 
 
 IS_PARTITIONED = "SELECT relkind = 'p' FROM pg_class WHERE oid = CAST('chunks' AS regclass)"
@@ -158,7 +159,7 @@ def _build(raw: Any, name: str, definition: str, rows: int, dimension: int) -> N
 
 def _note(raw: Any, definitions: dict[str, str] | None) -> None:
     """Record (or clear) the indexes a load dropped, in the comment of ``chunks``."""
-    value = None if definitions is None else _MARKER + json.dumps(definitions, sort_keys=True)
+    value = None if definitions is None else DEFERRED_NOTE + json.dumps(definitions, sort_keys=True)
     raw.execute(psycopg.sql.SQL("COMMENT ON TABLE chunks IS {}").format(psycopg.sql.Literal(value)))
 
 
@@ -166,11 +167,11 @@ def pending_builds(raw: Any) -> dict[str, str]:
     """The indexes a load dropped and has not built again yet (noted on ``chunks``)."""
     row = raw.execute("SELECT obj_description(CAST('chunks' AS regclass), 'pg_class')").fetchone()
     text_ = row[0] if row else None
-    if not text_ or not str(text_).startswith(_MARKER):
+    if not text_ or not str(text_).startswith(DEFERRED_NOTE):
         return {}
     # Only indexes the schema still has: a note left before a migration replaced an index
     # must not build the old one again.
-    noted = json.loads(str(text_)[len(_MARKER) :]).items()
+    noted = json.loads(str(text_)[len(DEFERRED_NOTE) :]).items()
     return {str(k): str(v) for k, v in noted if k in DEFERRABLE}
 
 
