@@ -28,7 +28,14 @@ from context_search.postgres.read import session as read_session
 pytestmark = pytest.mark.integration
 
 # Every table a read touches whose rows carry a scope.
-_SCOPED_TABLES = ("documents", "chunks", "postings", "scope_stats", "term_stats")
+_SCOPED_TABLES = (
+    "documents",
+    "chunks",
+    "posting_blocks",
+    "posting_tombstones",
+    "scope_stats",
+    "term_stats",
+)
 _BOTH = ("team", "public")
 _QUERY = SearchQuery(query="aurora restart", allowed_scopes=_BOTH, top_k=10)
 

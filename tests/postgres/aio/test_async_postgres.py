@@ -101,18 +101,20 @@ def test_a_large_upsert_in_batches_vacuums_like_one_sync_call(
 ) -> None:
     """The async connector writes a large call one batch per call of the sync one, each too
     small to vacuum and analyze for; the call as a whole must, as the sync connector's
-    does (``test_store``: the first searches would read every posting's heap row)."""
+    does (``test_store``: the blocks its merges replaced stay until vacuumed)."""
 
     async def test(c: AsyncPostgresSearchConnector) -> tuple[int, int]:
         async with c.engine.begin() as conn:
-            await conn.exec_driver_sql("ALTER TABLE postings SET (autovacuum_enabled = false)")
+            await conn.exec_driver_sql(
+                "ALTER TABLE posting_blocks SET (autovacuum_enabled = false)"
+            )
         report = await c.upsert(_records(1200), batch_size=256)
         assert report.committed_batches == 5 and report.chunks_written >= 1000
         async with c.engine.connect() as conn:
             row = (
                 await conn.exec_driver_sql(
                     "SELECT s.vacuum_count, s.analyze_count FROM pg_stat_user_tables s "
-                    "WHERE s.relid = CAST('postings' AS regclass)"
+                    "WHERE s.relid = CAST('posting_blocks' AS regclass)"
                 )
             ).one()
         return int(row[0]), int(row[1])

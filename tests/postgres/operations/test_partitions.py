@@ -1,4 +1,4 @@
-"""Chunks and postings partitioned by scope: the same answers as one table, searches that read
+"""Chunks partitioned by scope: the same answers as one table, searches that read
 only the caller's partitions, writes and rescopes that route rows, counters that stay exact,
 and partitions the reader role cannot read around row-level security."""
 
@@ -93,8 +93,9 @@ def _counters_exact(c: PostgresSearchConnector) -> None:
     """``term_stats`` and ``scope_stats`` equal what the rows say."""
     stale_terms = _rows(
         c,
-        "SELECT * FROM (SELECT lexeme, permission_scope, lifecycle, count(*) AS df "
-        "FROM postings GROUP BY 1, 2, 3) p FULL JOIN (SELECT * FROM term_stats WHERE df <> 0) "
+        "SELECT * FROM (SELECT u.lexeme, c.permission_scope, c.lifecycle, count(*) AS df "
+        "FROM chunks c CROSS JOIN LATERAL unnest(tsvector_to_array(c.tsv)) AS u(lexeme) "
+        "GROUP BY 1, 2, 3) p FULL JOIN (SELECT * FROM term_stats WHERE df <> 0) "
         "t USING (lexeme, permission_scope, lifecycle) WHERE p.df IS DISTINCT FROM t.df",
     )
     assert stale_terms == []
@@ -110,9 +111,7 @@ def _counters_exact(c: PostgresSearchConnector) -> None:
 def _partition_of(c: PostgresSearchConnector, doc_id: str) -> set[str]:
     rows = _rows(
         c,
-        "SELECT DISTINCT tableoid::regclass::text FROM chunks WHERE doc_id = :d "
-        "UNION SELECT DISTINCT p.tableoid::regclass::text FROM postings p "
-        "JOIN chunks c USING (chunk_id) WHERE c.doc_id = :d",
+        "SELECT DISTINCT tableoid::regclass::text FROM chunks WHERE doc_id = :d",
         d=doc_id,
     )
     return {str(r[0]).rsplit(".", 1)[-1] for r in rows}
@@ -139,8 +138,8 @@ def test_partitioning_keeps_every_answer_and_every_counter(
     _counters_exact(store)
     alpha = next(r.document_id for r in _records(600) if r.permission_scope == "alpha")
     beta = next(r.document_id for r in _records(600) if r.permission_scope == "beta")
-    assert {p.split("_s_")[0] for p in _partition_of(store, alpha)} == {"chunks", "postings"}
-    assert _partition_of(store, beta) == {"chunks_default", "postings_default"}
+    assert {p.split("_s_")[0] for p in _partition_of(store, alpha)} == {"chunks"}
+    assert _partition_of(store, beta) == {"chunks_default"}
     # Every search index of the old tables serves their default partitions now, the very
     # same index (same oid), attached to the partitioned table's index of the old name.
     adopted = dict(
@@ -157,7 +156,7 @@ def test_partitioning_keeps_every_answer_and_every_counter(
     # A second call is a no-op for existing partitions; a later scope moves its rows.
     assert store.partition_scopes(["beta", "alpha"]) == ("alpha", "beta")
     assert _answers(store) == before
-    assert _partition_of(store, beta) != {"chunks_default", "postings_default"}
+    assert _partition_of(store, beta) != {"chunks_default"}
     _counters_exact(store)
 
 
@@ -182,11 +181,11 @@ def test_writes_route_by_scope_and_rescope_moves_the_rows(
     only_alpha = SearchQuery(query="cirque esker", allowed_scopes=["alpha"], top_k=50)
     assert "new" in {h.doc_id for h in store.search(only_alpha).hits}
     assert store.rescope("new", "gamma")
-    assert _partition_of(store, "new") == {"chunks_default", "postings_default"}
+    assert _partition_of(store, "new") == {"chunks_default"}
     assert "new" not in {h.doc_id for h in store.search(only_alpha).hits}
     assert "new" in {h.doc_id for h in store.search(only_gamma).hits}
     assert store.rescope("new", "beta")
-    assert _partition_of(store, "new").isdisjoint({"chunks_default", "postings_default"})
+    assert _partition_of(store, "new").isdisjoint({"chunks_default"})
     assert _partition_of(store, "new") != alpha_part
     _counters_exact(store)
 
@@ -291,10 +290,10 @@ def test_the_reader_role_reads_partitions_only_through_row_security(
         for r in _rows(
             store,
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent IN (CAST('chunks' AS regclass), CAST('postings' AS regclass))",
+            "WHERE i.inhparent = CAST('chunks' AS regclass)",
         )
     ]
-    assert len(partitions) == 4
+    assert len(partitions) == 2
     with _as_reader(context_search_dsn, store.schema) as conn:
         scopes = {r[0] for r in conn.execute("SELECT DISTINCT permission_scope FROM chunks")}
         assert scopes == {"beta"}
@@ -441,7 +440,7 @@ def test_a_move_that_never_gets_its_lock_fails_through_the_public_call(
     assert caught.value.code == "BACKEND_ERROR"
     assert caught.value.details["sqlstate"] == "55P03"
     relkinds = "SELECT relkind FROM pg_class WHERE oid = CAST(:t AS regclass)"
-    assert _rows(store, relkinds, t="chunks") == _rows(store, relkinds, t="postings") == [("r",)]
+    assert _rows(store, relkinds, t="chunks") == [("r",)]
     assert _answers(store) == before
 
 
@@ -504,10 +503,7 @@ def test_a_configuration_switch_keeps_the_partitions(
         schema=store.schema,
         embedder=HashingEmbedder(256),
     ) as after:
-        assert _partition_of(after, _first(after, "beta")) == {
-            "chunks_default",
-            "postings_default",
-        }
+        assert _partition_of(after, _first(after, "beta")) == {"chunks_default"}
         assert "chunks_default" not in _partition_of(after, _first(after, "alpha"))
         assert after.search(_QUERIES[0]).hits
         _counters_exact(after)

@@ -33,6 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from context_search.postgres.indexes.blocks import fragmented
+
 __all__ = [
     "DEFAULT_DIMENSION",
     "NAMING_CONVENTION",
@@ -42,7 +44,8 @@ __all__ = [
     "GapRow",
     "IndexConfigRow",
     "IndexJobRow",
-    "PostingRow",
+    "PostingBlockRow",
+    "PostingTombstoneRow",
     "ScopeStatsRow",
     "TermStatsRow",
 ]
@@ -241,38 +244,46 @@ class IndexJobRow(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
-class PostingRow(Base):
-    """One lexeme of one chunk: term frequency and impact (BM25's tf part) for the lexical arm.
+class PostingBlockRow(Base):
+    """Up to 128 postings of one (lexeme, scope, lifecycle) group, strongest first, with the
+    largest impact (BM25's tf part) among them (``postgres/indexes/blocks.py``).
 
-    No primary key in the database (migration 0013): a deduplicated index on ``chunk_id``
-    finds a chunk's postings at a fraction of a key's bytes. The ORM maps
-    ``(chunk_id, lexeme)`` as the identity, which every write keeps unique.
+    No key in the database: blocks are found by group through ``ix_posting_blocks_group``
+    and only ever inserted or deleted whole. The ORM maps the group and the block's
+    chunk ids as the identity.
     """
 
-    __tablename__ = "postings"
+    __tablename__ = "posting_blocks"
     __table_args__ = (
-        # Impact order within each (lexeme, scope, lifecycle): the lexical arm reads the
-        # strongest postings of each group the caller may see (migration 0009).
         Index(
-            "ix_postings_lexeme_scope_impact",
+            "ix_posting_blocks_group",
             "lexeme",
             "permission_scope",
             "lifecycle",
-            text("impact DESC"),
-            postgresql_include=["chunk_id"],
+            text("max_impact DESC"),
         ),
-        Index("ix_postings_chunk_id", "chunk_id"),
     )
-    __mapper_args__ = {"primary_key": ["chunk_id", "lexeme"]}  # noqa: RUF012
+    __mapper_args__ = {  # noqa: RUF012
+        "primary_key": ["lexeme", "permission_scope", "lifecycle", "chunk_ids"]
+    }
 
-    # No foreign key (migration 0006): every write derives postings from the chunks it
-    # writes, and every removal of chunks removes their postings in the same statement.
-    chunk_id: Mapped[int] = mapped_column(BigInteger)
     lexeme: Mapped[str] = mapped_column(Text)
-    tf: Mapped[int] = mapped_column(Integer)
-    impact: Mapped[float] = mapped_column(REAL)
     permission_scope: Mapped[str] = mapped_column(String(256))
     lifecycle: Mapped[str] = mapped_column(String(16))
+    max_impact: Mapped[float] = mapped_column(REAL)
+    chunk_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
+    impacts: Mapped[list[float]] = mapped_column(ARRAY(REAL))
+
+
+class PostingTombstoneRow(Base):
+    """Chunks whose postings in a group died since the group was last merged."""
+
+    __tablename__ = "posting_tombstones"
+
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    permission_scope: Mapped[str] = mapped_column(String(256), primary_key=True)
+    lifecycle: Mapped[str] = mapped_column(String(16), primary_key=True)
+    chunk_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
 
 
 class ScopeStatsRow(Base):
@@ -287,12 +298,24 @@ class ScopeStatsRow(Base):
 
 
 class TermStatsRow(Base):
-    """Visible postings per (lexeme, scope, lifecycle): BM25 document frequencies, kept exact
-    by statement triggers on ``postings`` (migration 0005)."""
+    """Chunks per (lexeme, scope, lifecycle) holding the lexeme: BM25 document frequencies,
+    and the group's posting blocks (so a merge finds fragmented groups by a partial index);
+    kept exact by statement triggers on ``chunks`` (migration 0014)."""
 
     __tablename__ = "term_stats"
+    __table_args__ = (
+        # The groups a merge is due for (``indexes/blocks.py``), found without a scan.
+        Index(
+            "ix_term_stats_fragmented",
+            "lexeme",
+            "permission_scope",
+            "lifecycle",
+            postgresql_where=text(fragmented()),
+        ),
+    )
 
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
     permission_scope: Mapped[str] = mapped_column(String(256), primary_key=True)
     lifecycle: Mapped[str] = mapped_column(String(16), primary_key=True)
     df: Mapped[int] = mapped_column(BigInteger, default=0)
+    blocks: Mapped[int] = mapped_column(Integer, default=0)

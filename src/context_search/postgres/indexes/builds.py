@@ -6,7 +6,7 @@ first and builds it once at the end with ``CREATE INDEX CONCURRENTLY``, outside 
 transaction, so neither blocks readers or other writers (not on tables partitioned by scope,
 whose indexes cannot be built concurrently: there every partition's graph takes its rows
 as they come); a load into an empty index does the
-same with the lexical search index (postings by lexeme, scope and impact).
+same with the lexical search index (posting blocks by lexeme, scope and impact).
 Meanwhile searches stay correct: the vector arm computes exact distances, the lexical stage
 reads the tables (slower as the load grows). A session advisory lock marks a load in
 progress, and the dropped indexes' definitions stay noted in the comment of ``chunks`` until
@@ -61,7 +61,7 @@ DEFER_RATIO = 0.25
 #: catalog before the drop and kept in the comment of ``chunks`` until they are built again,
 #: so a process killed in between leaves a note of exactly what to rebuild.
 VECTOR_INDEX = "ix_chunks_embedding_hnsw"
-LEXICAL_INDEXES = ("ix_postings_lexeme_scope_impact",)
+LEXICAL_INDEXES = ("ix_posting_blocks_group",)
 DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
 DEFERRED_NOTE = "context-search deferred index builds: "
 
@@ -132,7 +132,7 @@ def _states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
     rows = raw.execute(
         "SELECT c.relname, pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i "
         "JOIN pg_class c ON c.oid = i.indexrelid "
-        "WHERE i.indrelid IN (CAST('chunks' AS regclass), CAST('postings' AS regclass)) "
+        "WHERE i.indrelid IN (CAST('chunks' AS regclass), CAST('posting_blocks' AS regclass)) "
         "AND c.relname = ANY(%s)",
         (list(names),),
     ).fetchall()
@@ -232,7 +232,7 @@ def defer_index_builds(
                 _note(raw, None)
             # Planner statistics and the visibility map right after the load, not when
             # autovacuum gets to it: the first searches plan with the real table sizes and
-            # term distribution, and read postings by index alone (statistics.py).
+            # term distribution (statistics.py).
             vacuum_after_write(raw, analyze=True)
 
 

@@ -14,8 +14,29 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, text
 
 from context_search.postgres.engine.errors import translate_errors
+from context_search.postgres.indexes.blocks import IMPACT
 
 __all__ = ["AuditReport", "audit"]
+
+#: Live postings against the postings the chunks imply, matched by (chunk, lexeme, group).
+_POSTINGS_VS_CHUNKS = "".join(
+    (
+        """
+        SELECT count(*) FROM (
+            SELECT chunk_id, lexeme, permission_scope, lifecycle, count(*) AS n,
+                   min(impact) AS impact
+            FROM postings GROUP BY 1, 2, 3, 4) p
+        FULL JOIN (
+            SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle, """,
+        IMPACT,
+        """ AS impact
+            FROM chunks r CROSS JOIN LATERAL unnest(r.tsv) AS u
+            CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
+            WHERE r.lifecycle <> 'deleted') e
+          USING (chunk_id, lexeme, permission_scope, lifecycle)
+        WHERE {where}""",
+    )
+)
 
 #: name -> SQL counting rows that break one invariant.
 _CHECKS: dict[str, str] = {
@@ -23,14 +44,15 @@ _CHECKS: dict[str, str] = {
     "chunk_copy_mismatch": """
         SELECT count(*) FROM chunks c JOIN documents d USING (doc_id)
         WHERE c.permission_scope <> d.permission_scope OR c.lifecycle <> d.lifecycle""",
-    # A posting's copies follow its chunk.
-    "posting_copy_mismatch": """
-        SELECT count(*) FROM postings p JOIN chunks c USING (chunk_id)
-        WHERE p.permission_scope <> c.permission_scope OR p.lifecycle <> c.lifecycle""",
-    # Postings have no foreign key: whatever removes a chunk removes its postings.
-    "posting_without_chunk": """
-        SELECT count(*) FROM postings p
-        WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = p.chunk_id)""",
+    # Postings (the view of the live ones: in blocks, not in their group's tombstones) are what
+    # the chunks' tsvectors say: one per lexeme of every chunk not deleted, in the chunk's
+    # group, with its impact. Orphans and postings in the wrong group:
+    "posting_without_chunk": _POSTINGS_VS_CHUNKS.format(where="e.chunk_id IS NULL"),
+    # Duplicates, and impacts that differ from the chunk's:
+    "posting_copy_mismatch": _POSTINGS_VS_CHUNKS.format(
+        where="p.chunk_id IS NOT NULL AND e.chunk_id IS NOT NULL "
+        "AND (p.n <> 1 OR p.impact IS DISTINCT FROM e.impact)"
+    ),
     # Every chunk of an indexed document was cut from the version the document says.
     "chunk_wrong_version": """
         SELECT count(*) FROM chunks c JOIN documents d USING (doc_id)
@@ -46,10 +68,7 @@ _CHECKS: dict[str, str] = {
         SELECT count(*) FROM chunks c JOIN documents d USING (doc_id)
         WHERE d.indexed_content_id IS NULL""",
     # Every chunk has its postings (a chunk with no lexemes at all has none).
-    "chunk_without_postings": """
-        SELECT count(*) FROM chunks c
-        WHERE c.tsv <> ''::tsvector
-          AND NOT EXISTS (SELECT 1 FROM postings p WHERE p.chunk_id = c.chunk_id)""",
+    "chunk_without_postings": _POSTINGS_VS_CHUNKS.format(where="p.chunk_id IS NULL"),
     # BM25 statistics kept by deltas equal a recount.
     "stats_drift": """
         SELECT count(*) FROM (
@@ -58,14 +77,23 @@ _CHECKS: dict[str, str] = {
         FULL JOIN (SELECT * FROM scope_stats WHERE chunks <> 0 OR tokens <> 0) s
           USING (permission_scope, lifecycle)
         WHERE r.chunks IS DISTINCT FROM s.chunks OR r.tokens IS DISTINCT FROM s.tokens""",
-    # Document frequencies kept by triggers equal a recount of the postings.
+    # Document frequencies kept by triggers equal a recount of the chunks' lexemes.
     "term_stats_drift": """
         SELECT count(*) FROM (
-            SELECT lexeme, permission_scope, lifecycle, count(*) AS df
-            FROM postings GROUP BY 1, 2, 3) r
+            SELECT u.lexeme, c.permission_scope, c.lifecycle, count(*) AS df
+            FROM chunks c CROSS JOIN LATERAL unnest(tsvector_to_array(c.tsv)) AS u(lexeme)
+            GROUP BY 1, 2, 3) r
         FULL JOIN (SELECT * FROM term_stats WHERE df <> 0) s
           USING (lexeme, permission_scope, lifecycle)
         WHERE r.df IS DISTINCT FROM s.df""",
+    # Each group's count of blocks (what a merge is scheduled by) equals a recount.
+    "block_count_drift": """
+        SELECT count(*) FROM (
+            SELECT lexeme, permission_scope, lifecycle, count(*) AS blocks
+            FROM posting_blocks GROUP BY 1, 2, 3) r
+        FULL JOIN (SELECT * FROM term_stats WHERE blocks <> 0) s
+          USING (lexeme, permission_scope, lifecycle)
+        WHERE r.blocks IS DISTINCT FROM s.blocks""",
     # A deleted document whose purge is done still has searchable copies.
     "purged_but_present": """
         SELECT count(*) FROM documents d
@@ -85,7 +113,7 @@ _CHECKS: dict[str, str] = {
 class AuditReport:
     documents: dict[str, int]
     chunks: int
-    postings: int
+    postings: int  # live postings
     jobs: dict[str, int]
     violations: dict[str, int] = field(default_factory=dict)
 

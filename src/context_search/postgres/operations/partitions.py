@@ -1,4 +1,4 @@
-"""Chunks and postings partitioned by permission scope: a search graph of its own per scope.
+"""Chunks partitioned by permission scope: a search graph of its own per scope.
 
 One global HNSW graph serves a selective scope badly: the iterative scan walks the graph
 until enough in-scope chunks turn up, and what it finds is further from the exact answer
@@ -8,8 +8,8 @@ its large or heavily searched scopes partitions of their own::
 
     connector.partition_scopes(["tenant-a", "tenant-b"])
 
-``chunks`` and ``postings`` become LIST-partitioned by ``permission_scope``: one partition
-per named scope, each with its own HNSW graph and postings index, and a DEFAULT
+``chunks`` becomes LIST-partitioned by ``permission_scope``: one partition
+per named scope, each with its own HNSW graph, and a DEFAULT
 partition holding every other scope (which is where the existing rows stay: converting an
 index renames its tables into the default partitions and reuses their search indexes; only
 the keys' B-trees are built again, now with the scope in them). A search names its scopes
@@ -21,17 +21,18 @@ commit.
 What PostgreSQL requires of a partitioned table, and what it costs here:
 
 - every primary and unique key includes the partition key: ``chunks`` is keyed by
-  ``(chunk_id, permission_scope)`` (``postings`` has no key, only an index on
-  ``chunk_id``: migration 0013). ``chunk_id`` still comes from one identity sequence, and a
+  ``(chunk_id, permission_scope)``. ``chunk_id`` still comes from one identity sequence, and a
   chunk's scope is its document's, so the key is as unique as before;
-- triggers with transition tables live on the partitioned table only (the ``term_stats``
-  triggers are recreated there);
+- triggers with transition tables live on the partitioned table only (the postings
+  triggers are recreated there). Posting blocks stay one table: their B-tree is ordered by
+  scope within each lexeme already, and rows moved between partitions keep their ids, so
+  their postings stay as they are;
 - ``CREATE INDEX CONCURRENTLY`` does not apply to partitioned indexes, so large loads into
   a partitioned index maintain the HNSW graphs row by row instead of building them
   afterwards (see ``indexes/builds.py``);
 - converting, or giving a scope its partition later (its rows move out of the default
-  partition into a new table, indexed in bulk, then attached), holds ``chunks`` and
-  ``postings`` locked for the whole transaction: every search and every write waits. A
+  partition into a new table, indexed in bulk, then attached), holds ``chunks`` locked
+  for the whole transaction: every search and every write waits. A
   search whose snapshot was taken before the move committed and that then waited for the
   lock does not see the moved rows (PostgreSQL's caveat for rows rewritten into new tables,
   as with ``TRUNCATE``): partition scopes when the index is created or in a quiet moment;
@@ -78,7 +79,7 @@ __all__ = [
 ]
 
 #: The tables partitioned by scope, in lock order (the order writers touch them).
-PARTITIONED_TABLES = ("chunks", "postings")
+PARTITIONED_TABLES = ("chunks",)
 _KEY = "permission_scope"
 _DEFAULT = "{}_default"
 _IDENTITY_SEQUENCE = "chunks_chunk_id_seq"

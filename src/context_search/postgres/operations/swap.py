@@ -17,7 +17,15 @@ __all__ = ["changed_documents", "columns", "copy_rows", "drop_retired", "swap_sc
 
 #: Derived tables the new configuration rebuilds; every other table is carried across.
 REBUILT = frozenset(
-    {"index_configs", "documents", "chunks", "postings", "scope_stats", "term_stats"}
+    {
+        "index_configs",
+        "documents",
+        "chunks",
+        "posting_blocks",
+        "posting_tombstones",
+        "scope_stats",
+        "term_stats",
+    }
 )
 _VERSION_TABLE = "alembic_version"
 

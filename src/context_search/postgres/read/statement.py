@@ -112,7 +112,7 @@ class SearchStatements:
     #: of 10k scattered chunks beats the iterative HNSW scan that finds 200 of them, in time
     #: and in recall (benchmarks/results/SEARCH-SPEED.md).
     exact_scale: int = 200
-    #: ``chunks`` and ``postings`` are partitioned by scope (``postgres/operations/partitions.py``):
+    #: ``chunks`` is partitioned by scope (``postgres/operations/partitions.py``):
     #: every search is planned for its scopes, so only the caller's partitions are read.
     partitioned: bool = False
 

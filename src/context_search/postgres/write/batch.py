@@ -23,7 +23,6 @@ from context_search.postgres.engine.vectors import halfvec_literal
 from context_search.postgres.settings import IndexSettings
 from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks
 from context_search.postgres.write.gate import LOCK_DOCS, enter_write, lock_documents
-from context_search.postgres.write.postings import insert_postings
 from context_search.postgres.write.records import PreparedRecord
 from context_search.text import Chunk
 from context_search.validation import OverwritePlan, StoredState, plan_overwrites
@@ -31,7 +30,6 @@ from context_search.validation import OverwritePlan, StoredState, plan_overwrite
 __all__ = [
     "DELETE_CHUNKS",
     "ENQUEUE_INDEX",
-    "LIFECYCLE_POSTINGS",
     "STATS_DELTA",
     "SYNC_COPIES",
     "ChunkSource",
@@ -130,32 +128,24 @@ _SETTLE_INDEX_JOBS = text(
     "WHERE doc_id = ANY(:ids) AND kind = 'index' AND status = 'pending'"
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
-#: Scope and lifecycle copies on chunks and postings follow the document (same transaction).
+#: Scope and lifecycle copies on chunks follow the document (same transaction). A chunk that
+#: changes group takes a new id: the triggers on ``chunks`` mark its postings dead under the
+#: old one and write them in the new group (``indexes/blocks.py``).
 SYNC_COPIES = text(
     """
-    WITH c AS (
-        UPDATE chunks SET permission_scope = d.permission_scope, lifecycle = d.lifecycle
-        FROM documents d
-        WHERE chunks.doc_id = d.doc_id AND d.doc_id = ANY(:ids)
-          AND (chunks.permission_scope, chunks.lifecycle)
-              IS DISTINCT FROM (d.permission_scope, d.lifecycle)
-    )
-    UPDATE postings SET permission_scope = k.permission_scope, lifecycle = k.lifecycle
-    FROM (SELECT c.chunk_id, d.permission_scope, d.lifecycle
-          FROM documents d JOIN chunks c ON c.doc_id = d.doc_id
-          WHERE d.doc_id = ANY(:ids)) AS k
-    WHERE postings.chunk_id = k.chunk_id
-      AND (postings.permission_scope, postings.lifecycle)
-          IS DISTINCT FROM (k.permission_scope, k.lifecycle)
+    UPDATE chunks SET chunk_id = DEFAULT,
+                      permission_scope = d.permission_scope, lifecycle = d.lifecycle
+    FROM documents d
+    WHERE chunks.doc_id = d.doc_id AND d.doc_id = ANY(:ids)
+      AND (chunks.permission_scope, chunks.lifecycle)
+          IS DISTINCT FROM (d.permission_scope, d.lifecycle)
     """
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
-#: A document's chunks and their postings, in one statement (postings have no foreign key:
-#: whatever removes chunks removes their postings with them, by ``chunk_id``).
-DELETE_CHUNKS = text(
-    "WITH c AS (DELETE FROM chunks WHERE doc_id = ANY(:ids) RETURNING chunk_id) "
-    "DELETE FROM postings WHERE chunk_id IN (SELECT chunk_id FROM c)"
-).bindparams(bindparam("ids", type_=ARRAY(Text)))
+#: A document's chunks (their postings die with them, by trigger).
+DELETE_CHUNKS = text("DELETE FROM chunks WHERE doc_id = ANY(:ids)").bindparams(
+    bindparam("ids", type_=ARRAY(Text))
+)
 
 #: What a batch compares its records with, locked (see ``gate.lock_documents``).
 _LOCK_STORED = lock_documents(
@@ -206,16 +196,6 @@ STATS_DELTA = text(
     """
 ).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("sign", type_=Integer))
 
-_INSERT_POSTINGS = text(
-    "\n" + insert_postings("chunks c") + "    WHERE c.doc_id = ANY(:ids)\n    "
-).bindparams(bindparam("ids", type_=ARRAY(Text)))
-
-LIFECYCLE_POSTINGS = text(
-    "UPDATE postings SET lifecycle = :state "
-    "WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE doc_id = ANY(:ids)) "
-    "AND lifecycle <> 'deleted'"
-).bindparams(bindparam("ids", type_=ARRAY(Text)))
-
 _SUPERSEDE_DOCS = text(
     """
     UPDATE documents AS d
@@ -239,7 +219,7 @@ _RECORD_SUPERSEDES = text(
 ).bindparams(bindparam("ids", type_=ARRAY(Text)), bindparam("revision", type_=Integer))
 
 _SUPERSEDE_CHUNKS = text(
-    "UPDATE chunks SET lifecycle = 'superseded' "
+    "UPDATE chunks SET chunk_id = DEFAULT, lifecycle = 'superseded' "
     "WHERE doc_id = ANY(:old_ids) AND lifecycle <> 'deleted'"
 ).bindparams(bindparam("old_ids", type_=ARRAY(Text)))
 
@@ -377,7 +357,6 @@ def write_batch(
         conn.execute(STATS_DELTA, {"ids": old_ids, "sign": -1})
         conn.execute(_SUPERSEDE_DOCS, {"old_ids": old_ids, "successors": [b for _, b in pairs]})
         conn.execute(_SUPERSEDE_CHUNKS, {"old_ids": old_ids})
-        conn.execute(LIFECYCLE_POSTINGS, {"ids": old_ids, "state": "superseded"})
         conn.execute(STATS_DELTA, {"ids": old_ids, "sign": 1})
         conn.execute(_RECORD_SUPERSEDES, {"ids": old_ids, "revision": settings.revision})
     return outcomes, written, written, plan
@@ -436,7 +415,7 @@ def _insert_chunks(
     vectors: np.ndarray[Any, Any],
     settings: IndexSettings,
 ) -> int:
-    """A small batch: chunks as parameter arrays in one INSERT, then their postings."""
+    """A small batch: chunks as parameter arrays in one INSERT (postings by trigger)."""
     cols: dict[str, list[Any]] = {
         k: []
         for k in (
@@ -470,7 +449,6 @@ def _insert_chunks(
         _INSERT_CHUNKS,
         {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
     )
-    conn.execute(_INSERT_POSTINGS, {"ids": [s.doc_id for s in sources]})
     return i
 
 

@@ -3,7 +3,7 @@
 ``upsert`` (and the index jobs) pick it themselves: a batch of at least
 :data:`COPY_MIN_CHUNKS` chunks is streamed with ``COPY ... (FORMAT BINARY)`` into a
 session-local staging table (``ON COMMIT DELETE ROWS``: nothing outlives the transaction),
-then merged into ``chunks`` and ``postings`` by one statement each, in the caller's
+then merged into ``chunks`` by one statement (postings by its trigger), in the caller's
 transaction. Everything else a write does (locks in ``doc_id`` order, masks applied before
 storage, statistics deltas, supersedes, job bookkeeping) is the same statement for either
 path, so the guarantees are the same: a batch is atomic and invisible until its commit.
@@ -21,7 +21,6 @@ from sqlalchemy import Connection, text
 
 from context_search.postgres.engine.drivers import driver_of
 from context_search.postgres.engine.vectors import halfvec_oid, halfvec_rows
-from context_search.postgres.write.postings import insert_postings
 
 if TYPE_CHECKING:
     from context_search.postgres.write.batch import ChunkSource
@@ -44,11 +43,10 @@ _COPY = (
     "permission_scope, lifecycle, content_id) FROM STDIN (FORMAT BINARY)"
 )
 
-#: Chunks and their postings from the staging table in one statement: the postings are cut
-#: from the rows just inserted (no second read of ``chunks``); the ``term_stats`` statement
-#: trigger applies one aggregated delta for the whole batch.
-_CHUNKS_FROM_STAGE = """
-    WITH ins AS (
+#: Chunks from the staging table in one statement: the statement trigger on ``chunks`` cuts
+#: the batch's postings into blocks and applies one ``term_stats`` delta for all of it.
+_MERGE = text(
+    """
         INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
                             embedding, permission_scope, lifecycle, content_id,
                             config_revision)
@@ -59,10 +57,8 @@ _CHUNKS_FROM_STAGE = """
             SELECT s.*, to_tsvector(CAST(:ts_config AS regconfig), s.index_text) AS tsv
             FROM pg_temp.cs_stage_chunks AS s
         ) AS v
-        RETURNING chunk_id, tsv, token_count, permission_scope, lifecycle
-    )
-"""
-_MERGE = text(_CHUNKS_FROM_STAGE + insert_postings("ins AS c") + "    ")
+    """
+)
 
 
 def copy_chunks(

@@ -33,8 +33,10 @@ from context_search import telemetry
 from context_search.contract import ReindexReport
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
+from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.engine.errors import translate_errors, write_attempts
 from context_search.postgres.indexes import builds
+from context_search.postgres.indexes.blocks import merge_after_write
 from context_search.postgres.settings import IndexSettings
 from context_search.postgres.write.batch import (
     DELETE_CHUNKS,
@@ -191,6 +193,11 @@ class JobWorker:
             done, retried, failed = done + d, retried + r, failed + f
             if progress is not None:
                 progress(done + failed, self.remaining())
+        if taken:
+            # Purges and visibility changes leave tombstones, index jobs new blocks: merge
+            # the groups they left due (never failing the drain: a later merge retries).
+            with autocommit_session(self._engine, "reindex") as raw:
+                merge_after_write(raw)
         return ReindexReport(done=done, retried=retried, failed=failed, remaining=self.remaining())
 
     def remaining(self) -> int:

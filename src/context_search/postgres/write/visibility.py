@@ -17,7 +17,7 @@ from sqlalchemy.types import Text
 
 from context_search.contract import Lifecycle
 from context_search.errors import NotFoundError
-from context_search.postgres.write.batch import LIFECYCLE_POSTINGS, STATS_DELTA
+from context_search.postgres.write.batch import STATS_DELTA
 from context_search.postgres.write.gate import enter_write, lock_documents
 
 __all__ = ["change_visibility", "record_change"]
@@ -59,10 +59,9 @@ def change_visibility(
     )
     conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": -1})
     conn.execute(
-        text("UPDATE chunks SET lifecycle = :state WHERE doc_id = :id"),
+        text("UPDATE chunks SET chunk_id = DEFAULT, lifecycle = :state WHERE doc_id = :id"),
         {"state": new_state, "id": doc_id},
     )
-    conn.execute(LIFECYCLE_POSTINGS, {"ids": [doc_id], "state": new_state})
     conn.execute(STATS_DELTA, {"ids": [doc_id], "sign": 1})
     record_change(conn, kind, doc_id, revision)
     return True

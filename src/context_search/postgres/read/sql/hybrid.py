@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from context_search.fusion import FusionSettings
+from context_search.postgres.indexes.blocks import BLOCK_SIZE
 from context_search.postgres.read.sql.vector import (
     ELIGIBLE_COUNTED,
     ELIGIBLE_PROBE,
@@ -91,14 +92,11 @@ _VISIBLE = """
 
 _DF = """
     -- Document frequency over the visible postings, from per-(lexeme, scope) counters kept
-    -- exact by triggers on postings: a few rows per term, however common the term is. Also
-    -- how many visible (scope, lifecycle) groups hold the term, and the group when only
-    -- one does (the common case of a caller with one scope).
-    SELECT t.lexeme, vs.n, vs.avgdl, COALESCE(g.df, 0) AS df, g.groups, g.scope1, g.lifecycle1
+    -- exact by triggers on chunks: a few rows per term, however common the term is.
+    SELECT t.lexeme, vs.n, vs.avgdl, COALESCE(g.df, 0) AS df
     FROM q CROSS JOIN visible vs, unnest(q.terms) AS t(lexeme)
     CROSS JOIN LATERAL (
-        SELECT sum(s.df) AS df, count(*) AS groups,
-               min(s.permission_scope) AS scope1, min(s.lifecycle) AS lifecycle1
+        SELECT sum(s.df) AS df
         FROM term_stats s
         WHERE s.lexeme = t.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
           AND s.lifecycle <> 'deleted' AND s.df > 0
@@ -110,7 +108,6 @@ _IDF = """
     -- arithmetic on every stage-1 posting cost ~1 ms of a 10 ms search at 100k chunks.
     SELECT df.lexeme, df.avgdl,
            ln(1 + (CAST(df.n AS double precision) - df.df + 0.5) / (df.df + 0.5)) AS idf,
-           df.groups, df.scope1, df.lifecycle1,
            -- Postings read per term: per_term, less when the query has many terms (the
            -- strongest postings of each term still come first), never below per_term_floor.
            LEAST({per_term}, GREATEST({per_term_floor},
@@ -119,38 +116,72 @@ _IDF = """
 """
 
 _CANDIDATES = """
-    -- Stage 1, postings alone: the strongest postings of each term (impact order), scored
-    -- by idf x impact (BM25's tf part at a reference length). Work is bounded by the
-    -- query, not by how many chunks contain a common word, nor by how many of them belong
-    -- to scopes the caller may not see: postings are in impact order within each (lexeme,
-    -- scope, lifecycle) group, every visible group that holds the term (its counter in
-    -- term_stats) gives at most the term's bound, and the strongest of those are kept.
-    -- A term held by one visible group is read straight from its group in order (no
-    -- sort); one branch runs per term, the other is cut by its one-time filter.
+    -- Stage 1, postings alone: the strongest live postings of each term, scored by idf x
+    -- impact (BM25's tf part at a reference length). Work is bounded by the query, not by
+    -- how many chunks contain a common word, nor by how many of them belong to scopes the
+    -- caller may not see: every visible (lexeme, scope, lifecycle) group that holds the
+    -- term (its counter in term_stats) gives at most the term's bound, and the strongest
+    -- of those are kept. A group's postings are in blocks, each with its largest impact
+    -- (indexes/blocks.py); the group's bound strongest live postings are read whether or
+    -- not it is merged: the bound-th strongest live posting of its first blocks is a
+    -- threshold tau, and every block whose maximum exceeds tau is read. Postings of chunks
+    -- removed since the group's last merge are in its tombstones, skipped here.
     SELECT top.chunk_id, bool_and(top.lifecycle = ANY(CAST(:lifecycles AS text[])))
                AS lifecycle_ok,
            sum(i.idf * top.impact) AS approx
     FROM idf i
     CROSS JOIN LATERAL (
-        (SELECT p.chunk_id, p.impact, p.lifecycle FROM postings p
-         WHERE i.groups = 1 AND p.lexeme = i.lexeme AND p.permission_scope = i.scope1
-           AND p.lifecycle = i.lifecycle1
-         ORDER BY p.impact DESC
-         LIMIT i.bound)
-        UNION ALL
-        (SELECT g.chunk_id, g.impact, s.lifecycle FROM term_stats s
-         CROSS JOIN LATERAL (
-             SELECT p.chunk_id, p.impact FROM postings p
-             WHERE p.lexeme = s.lexeme AND p.permission_scope = s.permission_scope
-               AND p.lifecycle = s.lifecycle
-             ORDER BY p.impact DESC
-             LIMIT i.bound
-         ) AS g
-         WHERE i.groups > 1 AND s.lexeme = i.lexeme
-           AND s.permission_scope = ANY(CAST(:scopes AS text[]))
-           AND s.lifecycle <> 'deleted' AND s.df > 0
-         ORDER BY g.impact DESC
-         LIMIT i.bound)
+        SELECT e.chunk_id, e.impact, s.lifecycle
+        FROM term_stats s
+        CROSS JOIN LATERAL (
+            SELECT COALESCE((SELECT t.chunk_ids FROM posting_tombstones t
+                             WHERE t.lexeme = s.lexeme
+                               AND t.permission_scope = s.permission_scope
+                               AND t.lifecycle = s.lifecycle),
+                            CAST('{{}}' AS bigint[])) AS dead
+        ) AS d
+        CROSS JOIN LATERAL (
+            -- The bound strongest live postings of the group's first blocks, and tau: the
+            -- weakest of them, or 0 (read every block) when they are fewer than the bound.
+            SELECT array_agg(f.chunk_id) AS ids, array_agg(f.impact) AS impacts,
+                   CASE WHEN count(*) < i.bound THEN CAST(0 AS real) ELSE min(f.impact) END
+                       AS tau
+            FROM (
+                SELECT x.chunk_id, x.impact
+                FROM (SELECT b.chunk_ids, b.impacts FROM posting_blocks b
+                      WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
+                        AND b.lifecycle = s.lifecycle
+                      ORDER BY b.max_impact DESC
+                      LIMIT (i.bound + {block} - 1) / {block} + 1) AS b
+                CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
+                WHERE x.chunk_id <> ALL(d.dead)
+                ORDER BY x.impact DESC, x.chunk_id
+                LIMIT i.bound
+            ) AS f
+        ) AS th
+        CROSS JOIN LATERAL (
+            -- Every live posting stronger than tau is in a block whose maximum exceeds tau;
+            -- postings equal to tau come from the first blocks (ties cut in block order,
+            -- so a term whose postings all tie reads its first blocks, not all of them).
+            SELECT y.chunk_id, y.impact
+            FROM (
+                SELECT x.chunk_id, x.impact
+                FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
+                UNION
+                SELECT x.chunk_id, x.impact
+                FROM posting_blocks b
+                CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
+                WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
+                  AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau
+                  AND x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
+            ) AS y
+            ORDER BY y.impact DESC, y.chunk_id
+            LIMIT i.bound
+        ) AS e
+        WHERE s.lexeme = i.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
+          AND s.lifecycle <> 'deleted' AND s.df > 0
+        ORDER BY e.impact DESC, e.chunk_id
+        LIMIT i.bound
     ) AS top
     GROUP BY top.chunk_id
 """
@@ -385,7 +416,7 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
         _part("visible", _VISIBLE, True),
         _part("df", _DF, True),
         _part("idf", _IDF, True, **consts),
-        _part("candidates", _CANDIDATES, True),
+        _part("candidates", _CANDIDATES, True, block=sql.Literal(BLOCK_SIZE)),
     ]
     if filtered:
         ctes.append(_part("checked", _CHECKED, True, chunk=chunk, filter=doc_filter))

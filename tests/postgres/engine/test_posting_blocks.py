@@ -1,0 +1,232 @@
+"""Postings in impact-ordered blocks (``postgres/indexes/blocks.py``): a search reads a
+group's strongest live postings exactly whether the group is merged or not, removed chunks
+stay out through tombstones until a merge purges them, and a merge never loses or
+duplicates a posting, whatever it races or however it dies."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.engine.drivers import autocommit_session
+from context_search.postgres.indexes import blocks, statistics
+from context_search.postgres.indexes.blocks import BLOCK_SIZE, merge_postings
+from context_search.postgres.operations.audit import audit
+
+pytestmark = pytest.mark.integration
+
+_QUERIES = ("harbor crane", "harbor", "crane ledger manifest", "ledger -crane", '"harbor crane"')
+
+
+def _record(i: int, scope: str = "dock") -> ContextDocumentRecord:
+    # "harbor" in every document with a term frequency and length that vary, so impacts
+    # spread and tie in places; "crane" in every third; "ledger" in every fifth.
+    words = ["harbor"] * (1 + i % 4) + ["filler"] * (i % 7)
+    if i % 3 == 0:
+        words += ["crane"] * (1 + i % 2)
+    if i % 5 == 0:
+        words.append("ledger manifest")
+    return ContextDocumentRecord(
+        document_id=f"d{i:04d}", body=" ".join(words) + f" note {i}", permission_scope=scope
+    )
+
+
+def _answers(store: PostgresSearchConnector) -> list[list[tuple[str, float | None]]]:
+    return [
+        [
+            (h.doc_id, h.score_parts.lexical_score)
+            for h in store.search(SearchQuery(query=q, allowed_scopes=["dock"], top_k=20)).hits
+        ]
+        for q in _QUERIES
+    ]
+
+
+def _layout(store: PostgresSearchConnector) -> tuple[int, int, int]:
+    """(blocks, groups not in merged form, tombstoned chunk ids)."""
+    with store.engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM posting_blocks), "
+                "(SELECT count(*) FROM term_stats WHERE lifecycle <> 'deleted' "
+                f" AND blocks <> (df + {BLOCK_SIZE - 1}) / {BLOCK_SIZE}), "
+                "(SELECT COALESCE(sum(cardinality(chunk_ids)), 0) FROM posting_tombstones)"
+            )
+        ).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def _merge(store: PostgresSearchConnector, *, full: bool = True) -> int:
+    with autocommit_session(store.engine, "test") as raw:
+        return merge_postings(raw, full=full).groups
+
+
+@pytest.fixture
+def unmerged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes leave their blocks as they are (no merge after them), as when a merge has not
+    run yet."""
+    monkeypatch.setattr(statistics, "merge_after_write", lambda raw: None)
+
+
+@pytest.fixture
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=context_search_schema,
+        embedder=HashingEmbedder(),
+        lexical_per_term=40,  # bounds below a group's size: the threshold decides
+    ) as store:
+        yield store
+
+
+def test_an_unmerged_group_reads_exactly_like_a_merged_one(
+    store: PostgresSearchConnector, unmerged: None
+) -> None:
+    for start in range(0, 300, 10):  # thirty writes: thirty overlapping runs per group
+        store.upsert([_record(i) for i in range(start, start + 10)])
+    blocks_before, unmerged_groups, _ = _layout(store)
+    assert unmerged_groups > 0
+    fragmented = _answers(store)
+    assert all(fragmented)
+    assert _merge(store) == unmerged_groups
+    blocks_after, unmerged_groups, _ = _layout(store)
+    assert unmerged_groups == 0 and blocks_after < blocks_before
+    with store.engine.connect() as conn:
+        harbor = conn.execute(
+            text("SELECT blocks FROM term_stats WHERE lexeme = 'harbor'")
+        ).scalar_one()
+    assert harbor == 3  # 300 postings: three blocks, from thirty
+    assert _answers(store) == fragmented
+    assert audit(store.engine).consistent
+
+
+def test_a_write_merges_the_groups_it_left_fragmented(store: PostgresSearchConnector) -> None:
+    for start in range(0, 300, 10):
+        store.upsert([_record(i) for i in range(start, start + 10)])
+    with store.engine.connect() as conn:
+        due = conn.execute(
+            text(f"SELECT count(*) FROM term_stats WHERE {blocks.fragmented()}")
+        ).scalar_one()
+        worst = conn.execute(text("SELECT max(blocks) FROM term_stats")).scalar_one()
+    assert due == 0
+    # "harbor" is in all 300 chunks: 3 blocks merged, never more than 5 / 4 of that + 4.
+    assert worst <= (300 + BLOCK_SIZE - 1) // BLOCK_SIZE * 5 // 4 + 4
+    assert audit(store.engine).consistent
+
+
+def test_removed_chunks_stay_out_until_a_merge_purges_them(
+    store: PostgresSearchConnector, unmerged: None
+) -> None:
+    store.upsert([_record(i) for i in range(200)])
+    expected_gone = {f"d{i:04d}" for i in range(0, 200, 2)}
+    for doc_id in sorted(expected_gone)[:50]:
+        assert store.delete_or_supersede(doc_id)
+    store.rescope("d0001", "elsewhere")
+    for doc_id in sorted(expected_gone)[50:]:
+        store.delete_or_supersede(doc_id)
+    _, _, tombstoned = _layout(store)
+    assert tombstoned > 0
+    answers = _answers(store)
+    seen = {d for hits in answers for d, _ in hits}
+    assert seen and not seen & (expected_gone | {"d0001"})
+    assert audit(store.engine).consistent
+    store.reindex()  # purge jobs remove the deleted chunks; the drain merges after them
+    _merge(store)
+    assert _layout(store)[1:] == (0, 0)
+    assert _answers(store) == answers
+    assert audit(store.engine).consistent
+    moved = store.search(SearchQuery(query="harbor", allowed_scopes=["elsewhere"])).hits
+    assert [h.doc_id for h in moved] == ["d0001"]
+
+
+def test_a_chunk_cannot_change_group_in_place(store: PostgresSearchConnector) -> None:
+    """Postings are found by chunk id: a relabel that keeps the id would leave them in the
+    old group, so the trigger refuses it (every write path takes a new id)."""
+    store.upsert([_record(1)])
+    with pytest.raises(Exception, match="only under a new chunk_id"):
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE chunks SET permission_scope = 'elsewhere'"))
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE chunks SET chunk_id = DEFAULT, permission_scope = 'elsewhere'"))
+    violations = audit(store.engine).violations
+    assert violations["chunk_copy_mismatch"] == 1  # the document did not move: only its chunk
+    assert {k: v for k, v in violations.items() if v and "posting" in k} == {}
+
+
+def test_a_merge_skips_groups_a_writer_holds_and_loses_nothing(
+    store: PostgresSearchConnector,
+    context_search_dsn: str,
+    context_search_schema: str,
+    unmerged: None,
+) -> None:
+    for start in range(0, 200, 10):
+        store.upsert([_record(i) for i in range(start, start + 10)])
+    with psycopg.connect(context_search_dsn) as writer:
+        writer.execute(f'SET search_path = "{context_search_schema}", public')
+        # A delete in flight: its tombstones and counters of every "harbor" group are locked.
+        writer.execute("DELETE FROM chunks WHERE doc_id IN ('d0003', 'd0004')")
+        merged = _merge(store)
+        with store.engine.connect() as conn:
+            harbor = conn.execute(
+                text("SELECT blocks FROM term_stats WHERE lexeme = 'harbor'")
+            ).scalar_one()
+        assert merged > 0 and harbor > 2  # merged around the held groups
+        writer.commit()
+    _merge(store)
+    assert _layout(store)[1:] == (0, 0)
+    report = audit(store.engine)
+    # The delete bypassed the document bookkeeping; the postings agree with the chunks.
+    assert {k: v for k, v in report.violations.items() if v and "posting" in k} == {}
+    assert report.violations["term_stats_drift"] == 0
+
+
+def test_a_merge_killed_midway_leaves_the_blocks_as_they_were(
+    store: PostgresSearchConnector,
+    context_search_dsn: str,
+    context_search_schema: str,
+    unmerged: None,
+) -> None:
+    for start in range(0, 200, 10):
+        store.upsert([_record(i) for i in range(start, start + 10)])
+    before = _answers(store)
+    layout = _layout(store)
+    failure: list[BaseException] = []
+    with psycopg.connect(context_search_dsn, autocommit=True) as holder:
+        holder.execute(f'SET search_path = "{context_search_schema}", public')
+        holder.execute("BEGIN")
+        # The rewrite's DELETE of tombstones waits here, after its groups are locked.
+        holder.execute("LOCK TABLE posting_tombstones IN SHARE MODE")
+
+        def run() -> None:
+            try:
+                _merge(store)
+            except BaseException as exc:
+                failure.append(exc)
+
+        merger = threading.Thread(target=run)
+        merger.start()
+        pid = None
+        for _ in range(200):
+            row = holder.execute(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE pg_blocking_pids(pid) @> ARRAY[pg_backend_pid()]"
+            ).fetchone()
+            if row:
+                pid = row[0]
+                break
+            threading.Event().wait(0.05)
+        assert pid is not None, failure
+        holder.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        merger.join(30)
+        holder.execute("ROLLBACK")
+    assert failure
+    assert _layout(store) == layout
+    assert _answers(store) == before
+    assert audit(store.engine).consistent
+    _merge(store)
+    assert _answers(store) == before
