@@ -64,7 +64,7 @@ KNOWN_CODES = frozenset(
     for name in cs_errors.__all__
     if isinstance(cls := getattr(cs_errors, name), type) and issubclass(cls, ContextSearchError)
 ) - {ContextSearchError.code}
-TABLES = ("documents", "chunks", "postings", "scope_stats", "index_jobs", "gaps")
+TABLES = ("documents", "chunks", "posting_blocks", "scope_stats", "index_jobs", "gaps")
 
 
 def table_counts(dsn: str, schema: str) -> dict[str, int]:
@@ -176,12 +176,20 @@ def test_database_survives_injection_strings(store: Store) -> None:
                 (store.schema,),
             ).fetchall()
         )
-        for table in ("documents", "chunks", "postings", "scope_stats", "term_stats", "index_jobs"):
+        for table in (
+            "documents",
+            "chunks",
+            "posting_blocks",
+            "posting_tombstones",
+            "scope_stats",
+            "term_stats",
+            "index_jobs",
+        ):
             assert rls[table] is True, table
         policies = conn.execute(
             "SELECT count(*) FROM pg_policies WHERE schemaname = %s", (store.schema,)
         ).fetchone()
-        assert policies == (6,)
+        assert policies == (7,)  # one per table above
         role = conn.execute(
             "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = %s",
             (f"{store.schema}_reader",),

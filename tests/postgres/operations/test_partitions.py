@@ -25,7 +25,7 @@ from context_search import (
 from context_search.conformance.corpus import RESTRICTED, TEAM
 from context_search.errors import InvalidConfigError, InvalidInputError, UnauthorizedError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.indexes.builds import DEFERRABLE
+from context_search.postgres.indexes.builds import DEFERRABLE, VECTOR_INDEX
 from context_search.postgres.operations.partitions import (
     LockWait,
     partition_by_scope,
@@ -127,7 +127,7 @@ def test_partitioning_keeps_every_answer_and_every_counter(
             store,
             "SELECT c.relname, c.oid FROM pg_class c WHERE c.relname = ANY(:n) "
             "AND c.relnamespace = CAST(current_schema() AS regnamespace)",
-            n=list(DEFERRABLE),
+            n=[VECTOR_INDEX],  # of the partitioned table (posting blocks are one table)
         )
     )
 
@@ -173,7 +173,7 @@ def test_writes_route_by_scope_and_rescope_moves_the_rows(
         ]
     )
     alpha_part = _partition_of(store, "new")
-    assert len(alpha_part) == 2 and "chunks_default" not in alpha_part
+    assert len(alpha_part) == 1 and "chunks_default" not in alpha_part
     # The identity sequence went on from where the unpartitioned table left it.
     assert _rows(store, "SELECT min(chunk_id) FROM chunks WHERE doc_id = 'new'")[0][0] > top
 
