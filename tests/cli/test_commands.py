@@ -178,7 +178,7 @@ def test_status_audit_finds_a_corrupted_copy(
     with psycopg.connect(context_search_dsn) as conn:  # a chunk whose scope copy disagrees
         conn.execute(
             sql.SQL(
-                "UPDATE {} SET permission_scope = 'elsewhere' "
+                "UPDATE {} SET chunk_id = DEFAULT, permission_scope = 'elsewhere' "
                 "WHERE chunk_id = (SELECT min(chunk_id) FROM {})"
             ).format(
                 sql.Identifier(context_search_schema, "chunks"),

@@ -1,4 +1,4 @@
-"""Postings in impact-ordered blocks (``postgres/indexes/blocks.py``): a search reads a
+"""Postings in impact-ordered blocks (``postgres/engine/postings.py``): a search reads a
 group's strongest live postings exactly whether the group is merged or not, removed chunks
 stay out through tombstones until a merge purges them, and a merge never loses or
 duplicates a posting, whatever it races or however it dies."""
@@ -14,9 +14,11 @@ from sqlalchemy import text
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.engine import postings
 from context_search.postgres.engine.drivers import autocommit_session
-from context_search.postgres.indexes import blocks, statistics
-from context_search.postgres.indexes.blocks import BLOCK_SIZE, merge_postings
+from context_search.postgres.engine.postings import BLOCK_SIZE
+from context_search.postgres.indexes import statistics
+from context_search.postgres.indexes.blocks import merge_postings
 from context_search.postgres.operations.audit import audit
 
 pytestmark = pytest.mark.integration
@@ -110,7 +112,7 @@ def test_a_write_merges_the_groups_it_left_fragmented(store: PostgresSearchConne
         store.upsert([_record(i) for i in range(start, start + 10)])
     with store.engine.connect() as conn:
         due = conn.execute(
-            text(f"SELECT count(*) FROM term_stats WHERE {blocks.fragmented()}")
+            text(f"SELECT count(*) FROM term_stats WHERE {postings.fragmented()}")
         ).scalar_one()
         worst = conn.execute(text("SELECT max(blocks) FROM term_stats")).scalar_one()
     assert due == 0

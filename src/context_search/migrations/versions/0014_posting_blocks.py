@@ -8,7 +8,7 @@ A posting row cost ~110 bytes with its index entry, ~70 per chunk: more than hal
 index's bytes (``python -m benchmarks footprint``). ``posting_blocks`` holds up to 128
 postings of one (lexeme, scope, lifecycle) group per row, strongest first, with the block's
 largest impact; ``posting_tombstones`` lists, per group, the chunks whose postings died since
-the group was last merged (see ``postgres/indexes/blocks.py``). Statement triggers on
+the group was last merged (see ``postgres/engine/postings.py``). Statement triggers on
 ``chunks`` append blocks, record tombstones and keep ``term_stats`` (which also counts each
 group's blocks, so a merge finds the fragmented ones by a partial index); the triggers on
 ``postings`` and the table go, and ``postings`` becomes a view of the live postings (one
@@ -18,8 +18,7 @@ The upgrade cuts the existing postings into blocks in one statement (every group
 under the exclusive locks of a DDL transaction: not online, and about as long as reading the
 postings once. An index partitioned by scope keeps ``chunks`` partitioned; the blocks are
 one table (their B-tree is ordered by scope already). The downgrade rebuilds row postings
-from the chunks' tsvectors (an unpartitioned ``postings`` table: a partitioned index is
-refused, partition it again after downgrading instead).
+from the chunks' tsvectors, partitioned like ``chunks`` when it is.
 """
 
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy import text
 
-from context_search.postgres.indexes.blocks import (
+from context_search.postgres.engine.postings import (
     LIVE_POSTINGS,
     cut_blocks,
     fragmented,
@@ -129,6 +128,27 @@ def upgrade() -> None:
     op.execute(f'GRANT SELECT ON "{schema}".postings TO "{schema}_reader"')
 
 
+def _partition_like_chunks(schema: str) -> None:
+    """Row postings partitioned as the chunks are, as they were before this revision: one
+    partition per chunks partition, named after it, its comment naming the scope."""
+    bind = op.get_bind()
+    parts = bind.execute(
+        text(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), "
+            "obj_description(c.oid, 'pg_class') FROM pg_inherits i "
+            "JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = CAST('chunks' AS regclass) ORDER BY 1"
+        )
+    ).fetchall()
+    for relname, bound, scope in parts:
+        name = "postings" + str(relname)[len("chunks") :]
+        op.execute(f'CREATE TABLE "{schema}"."{name}" PARTITION OF postings {bound}')
+        op.execute(f'ALTER TABLE "{schema}"."{name}" ENABLE ROW LEVEL SECURITY')
+        if scope is not None:
+            literal = bind.execute(text("SELECT quote_literal(:s)"), {"s": scope}).scalar()
+            op.execute(f'COMMENT ON TABLE "{schema}"."{name}" IS {literal}')
+
+
 def downgrade() -> None:
     schema = _schema()
     role = f"{schema}_reader"
@@ -137,11 +157,6 @@ def downgrade() -> None:
         .execute(text("SELECT relkind = 'p' FROM pg_class WHERE oid = 'chunks'::regclass"))
         .scalar()
     )
-    if partitioned:
-        raise RuntimeError(
-            "an index partitioned by scope cannot go back to row postings in place: "
-            "rebuild it unpartitioned first"
-        )
     for event, _ in _EVENTS:
         op.execute(f'DROP TRIGGER IF EXISTS chunks_postings_{event.lower()} ON "{schema}".chunks')
     op.execute(f'DROP FUNCTION IF EXISTS "{schema}".chunks_postings()')
@@ -160,7 +175,10 @@ def downgrade() -> None:
         sa.Column("impact", sa.REAL(), nullable=False),
         sa.Column("permission_scope", sa.String(256), nullable=False),
         sa.Column("lifecycle", sa.String(16), nullable=False),
+        postgresql_partition_by="LIST (permission_scope)" if partitioned else None,
     )
+    if partitioned:
+        _partition_like_chunks(schema)
     op.execute(
         "INSERT INTO postings (chunk_id, lexeme, tf, impact, permission_scope, lifecycle) "
         "SELECT r.chunk_id, u.lexeme, t.tf, "

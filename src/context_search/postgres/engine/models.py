@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from context_search.postgres.indexes.blocks import fragmented
+from context_search.postgres.engine.postings import fragmented
 
 __all__ = [
     "DEFAULT_DIMENSION",
@@ -246,7 +246,7 @@ class IndexJobRow(Base):
 
 class PostingBlockRow(Base):
     """Up to 128 postings of one (lexeme, scope, lifecycle) group, strongest first, with the
-    largest impact (BM25's tf part) among them (``postgres/indexes/blocks.py``).
+    largest impact (BM25's tf part) among them (``postgres/engine/postings.py``).
 
     No key in the database: blocks are found by group through ``ix_posting_blocks_group``
     and only ever inserted or deleted whole. The ORM maps the group and the block's

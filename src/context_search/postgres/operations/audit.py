@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, text
 
 from context_search.postgres.engine.errors import translate_errors
-from context_search.postgres.indexes.blocks import IMPACT
+from context_search.postgres.engine.postings import IMPACT
 
 __all__ = ["AuditReport", "audit"]
 

@@ -130,7 +130,7 @@ _SETTLE_INDEX_JOBS = text(
 
 #: Scope and lifecycle copies on chunks follow the document (same transaction). A chunk that
 #: changes group takes a new id: the triggers on ``chunks`` mark its postings dead under the
-#: old one and write them in the new group (``indexes/blocks.py``).
+#: old one and write them in the new group (``engine/postings.py``).
 SYNC_COPIES = text(
     """
     UPDATE chunks SET chunk_id = DEFAULT,

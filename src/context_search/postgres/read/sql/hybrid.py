@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from context_search.fusion import FusionSettings
-from context_search.postgres.indexes.blocks import BLOCK_SIZE
+from context_search.postgres.engine.postings import BLOCK_SIZE
 from context_search.postgres.read.sql.vector import (
     ELIGIBLE_COUNTED,
     ELIGIBLE_PROBE,
@@ -122,7 +122,7 @@ _CANDIDATES = """
     -- caller may not see: every visible (lexeme, scope, lifecycle) group that holds the
     -- term (its counter in term_stats) gives at most the term's bound, and the strongest
     -- of those are kept. A group's postings are in blocks, each with its largest impact
-    -- (indexes/blocks.py); the group's bound strongest live postings are read whether or
+    -- (engine/postings.py); the group's bound strongest live postings are read whether or
     -- not it is merged: the bound-th strongest live posting of its first blocks is a
     -- threshold tau, and every block whose maximum exceeds tau is read. Postings of chunks
     -- removed since the group's last merge are in its tombstones, skipped here.
@@ -143,16 +143,24 @@ _CANDIDATES = """
         CROSS JOIN LATERAL (
             -- The bound strongest live postings of the group's first blocks, and tau: the
             -- weakest of them, or 0 (read every block) when they are fewer than the bound.
+            -- Only if the last of those blocks reaches above tau can another block hold a
+            -- stronger posting (a merged group's blocks are disjoint: usually none does).
             SELECT array_agg(f.chunk_id) AS ids, array_agg(f.impact) AS impacts,
                    CASE WHEN count(*) < i.bound THEN CAST(0 AS real) ELSE min(f.impact) END
-                       AS tau
+                       AS tau,
+                   COALESCE(max(f.blocks) >= (i.bound + {block} - 1) / {block} + 1
+                            AND max(f.floor) > CASE WHEN count(*) < i.bound THEN 0
+                                                    ELSE min(f.impact) END, true) AS more
             FROM (
-                SELECT x.chunk_id, x.impact
-                FROM (SELECT b.chunk_ids, b.impacts FROM posting_blocks b
-                      WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
-                        AND b.lifecycle = s.lifecycle
-                      ORDER BY b.max_impact DESC
-                      LIMIT (i.bound + {block} - 1) / {block} + 1) AS b
+                SELECT x.chunk_id, x.impact, b.blocks, b.floor
+                FROM (SELECT b.chunk_ids, b.impacts, count(*) OVER () AS blocks,
+                             min(b.max_impact) OVER () AS floor
+                      FROM (SELECT b.chunk_ids, b.impacts, b.max_impact FROM posting_blocks b
+                            WHERE b.lexeme = s.lexeme
+                              AND b.permission_scope = s.permission_scope
+                              AND b.lifecycle = s.lifecycle
+                            ORDER BY b.max_impact DESC
+                            LIMIT (i.bound + {block} - 1) / {block} + 1) AS b) AS b
                 CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
                 WHERE x.chunk_id <> ALL(d.dead)
                 ORDER BY x.impact DESC, x.chunk_id
@@ -171,7 +179,8 @@ _CANDIDATES = """
                 SELECT x.chunk_id, x.impact
                 FROM posting_blocks b
                 CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
-                WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
+                WHERE th.more
+                  AND b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
                   AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau
                   AND x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
             ) AS y

@@ -1,0 +1,177 @@
+"""Postings in impact-ordered blocks: the lexical arm's index at a fraction of a row each.
+
+A posting as a row (chunk id, lexeme, scope, lifecycle, tf, impact, plus a tuple header and
+its copy in a covering index) cost ~110 bytes; a chunk has ~70. Here the postings of one
+(lexeme, scope, lifecycle) group are cut into blocks of :data:`BLOCK_SIZE`, strongest first:
+one row holds the chunk ids and impacts of up to 128 postings (12 bytes each) and the
+block's largest impact, and one B-tree entry per block orders a group's blocks by it.
+
+Writes never rewrite a block. Every statement that writes chunks appends blocks for the
+chunks it created, and marks the postings of the chunks it removed dead in a per-group
+tombstone list: statement triggers on ``chunks`` do both, and keep ``term_stats`` (document
+frequencies, and how many blocks each group has) in the same transaction, whatever path
+wrote the chunks. A chunk that changes scope or lifecycle takes a new ``chunk_id`` (the
+trigger refuses a relabel in place): its old postings die under the old id, its new ones are
+born in the new group, and a chunk id is never reused, so a dead posting can never come back.
+
+Blocks appended by many small writes overlap in impact, and tombstones grow; a merge
+(``indexes/blocks.py``, run after writes and by the job queue) rewrites a group into disjoint
+full blocks without its dead postings. A search reads a group exactly whatever its state
+(``read/sql/hybrid.py``): the bound-th strongest live posting among the group's first blocks
+is a threshold, and every block whose maximum reaches it is read.
+
+The SQL here is the one definition of a block: the triggers (created by migration 0014) and
+the merge cut blocks with :func:`cut_blocks`; the schema's models and the search statement
+read their constants from here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BLOCK_SIZE",
+    "GROUP",
+    "IMPACT",
+    "LIVE_POSTINGS",
+    "TOMBSTONES_DUE",
+    "cut_blocks",
+    "fragmented",
+    "trigger_function",
+]
+
+#: Postings per block: 128 chunk ids and impacts are ~1.6 kB, so a block row stays under
+#: PostgreSQL's TOAST threshold (~2 kB) and is read with its page, uncompressed.
+BLOCK_SIZE = 128
+
+#: BM25's term-frequency part against a 200-token reference length (k1=1.2, b=0.75): it only
+#: orders postings; scores are computed exactly at query time. ``r``: the chunk row, ``t.tf``
+#: the lexeme's term frequency in it.
+IMPACT = "CAST(t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * r.token_count / 200.0)) AS real)"
+
+
+def fragmented(alias: str = "") -> str:
+    """Whether a ``term_stats`` row's group is due for a merge: its blocks outnumber a merged
+    layout's by a quarter and four more. A group that keeps growing is rewritten each time it
+    grows by about a quarter, so a posting is rewritten a bounded number of times on average,
+    and a read never meets many overlapping blocks. Unqualified, it is the predicate of
+    ``ix_term_stats_fragmented`` (migration 0014)."""
+    return f"{alias}blocks > ({alias}df + {BLOCK_SIZE - 1}) / {BLOCK_SIZE} * 5 / 4 + 4"
+
+
+#: A group's tombstones are purged once they are 64, or an eighth of its live postings: a
+#: search compares every posting it reads with its group's tombstones.
+TOMBSTONES_DUE = "cardinality(t.chunk_ids) >= LEAST(64, GREATEST(1, s.df / 8))"
+
+GROUP = "lexeme, permission_scope, lifecycle"
+
+#: The live postings as rows (chunk_id, lexeme, impact, permission_scope, lifecycle): every
+#: block's entries but its group's tombstones. The ``postings`` view (migration 0014).
+LIVE_POSTINGS = """
+    SELECT x.chunk_id, b.lexeme, x.impact, b.permission_scope, b.lifecycle
+    FROM posting_blocks b
+    CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
+    LEFT JOIN posting_tombstones t
+           ON (t.lexeme, t.permission_scope, t.lifecycle)
+              = (b.lexeme, b.permission_scope, b.lifecycle)
+    WHERE t.chunk_ids IS NULL OR x.chunk_id <> ALL(t.chunk_ids)"""
+
+
+def cut_blocks(postings: str) -> str:
+    """``SELECT`` of block rows (the columns of ``posting_blocks``) from ``postings``, a
+    ``FROM`` item with ``lexeme, permission_scope, lifecycle, chunk_id, impact``: each
+    group's postings in impact order (then chunk id, so the order is total), cut every
+    :data:`BLOCK_SIZE`."""
+    return f"""
+        SELECT lexeme, permission_scope, lifecycle, max(impact) AS max_impact,
+               array_agg(chunk_id ORDER BY impact DESC, chunk_id) AS chunk_ids,
+               array_agg(impact ORDER BY impact DESC, chunk_id) AS impacts
+        FROM (SELECT p.lexeme, p.permission_scope, p.lifecycle, p.chunk_id, p.impact,
+                     (row_number() OVER (PARTITION BY p.lexeme, p.permission_scope, p.lifecycle
+                                         ORDER BY p.impact DESC, p.chunk_id) - 1)
+                         / {BLOCK_SIZE} AS block
+              FROM {postings} AS p) AS numbered
+        GROUP BY lexeme, permission_scope, lifecycle, block"""
+
+
+def _born(rows: str, schema: str) -> str:
+    """Blocks and document frequencies for the chunk rows ``rows`` (a transition table, or a
+    subquery of one). Chunks of deleted documents are counted (the audit recounts every
+    lifecycle) but get no blocks: no search reads them."""
+    s = f'"{schema}"'
+    return f"""
+    WITH p AS MATERIALIZED (
+        SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle, {IMPACT} AS impact
+        FROM {rows} AS r
+        CROSS JOIN LATERAL unnest(r.tsv) AS u
+        CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
+    ), b AS (
+        INSERT INTO {s}.posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
+        {cut_blocks("(SELECT * FROM p WHERE p.lifecycle <> 'deleted')")}
+        RETURNING {GROUP}
+    )
+    INSERT INTO {s}.term_stats AS s ({GROUP}, df, blocks)
+    SELECT {GROUP}, sum(df), sum(blocks)
+    FROM (SELECT {GROUP}, 1 AS df, 0 AS blocks FROM p
+          UNION ALL SELECT {GROUP}, 0, 1 FROM b) AS d
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP})
+    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks;"""
+
+
+def _died(rows: str, schema: str) -> str:
+    """Tombstones and document frequencies for the chunk rows ``rows`` that are gone (or
+    live on under a new id). Tombstones first, then counters, each in key order: every
+    writer and the merge lock them in that order."""
+    s = f'"{schema}"'
+    return f"""
+    WITH d AS MATERIALIZED (
+        SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle
+        FROM {rows} AS r CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS u(lexeme)
+    ), t AS (
+        INSERT INTO {s}.posting_tombstones AS t ({GROUP}, chunk_ids)
+        SELECT {GROUP}, array_agg(chunk_id ORDER BY chunk_id)
+        FROM d WHERE lifecycle <> 'deleted'
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT ({GROUP}) DO UPDATE SET chunk_ids = t.chunk_ids || EXCLUDED.chunk_ids
+    )
+    INSERT INTO {s}.term_stats AS s ({GROUP}, df)
+    SELECT {GROUP}, -count(*) FROM d
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df;"""
+
+
+def trigger_function(schema: str) -> str:
+    """``CREATE FUNCTION`` of the statement trigger on ``chunks`` that keeps postings,
+    tombstones and ``term_stats`` (one function for the three events; each branch names only
+    the transition tables its event has)."""
+    gone = (
+        "(SELECT o.* FROM old_rows o "
+        "WHERE NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.chunk_id = o.chunk_id))"
+    )
+    came = (
+        "(SELECT n.* FROM new_rows n "
+        "WHERE NOT EXISTS (SELECT 1 FROM old_rows o WHERE o.chunk_id = n.chunk_id))"
+    )
+    return f"""
+CREATE FUNCTION "{schema}".chunks_postings() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        {_born("new_rows", schema)}
+    ELSIF TG_OP = 'DELETE' THEN
+        {_died("old_rows", schema)}
+    ELSE
+        -- Postings live in their chunk's (scope, lifecycle) group, found by chunk id:
+        -- a chunk moves to another group under a new id (SET chunk_id = DEFAULT).
+        IF EXISTS (SELECT 1 FROM old_rows o JOIN new_rows n ON n.chunk_id = o.chunk_id
+                   WHERE (o.permission_scope, o.lifecycle, o.tsv)
+                         IS DISTINCT FROM (n.permission_scope, n.lifecycle, n.tsv)) THEN
+            RAISE EXCEPTION 'a chunk changes scope, lifecycle or text only under a new chunk_id'
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        {_died(gone, schema)}
+        {_born(came, schema)}
+    END IF;
+    RETURN NULL;
+END
+$fn$
+"""
