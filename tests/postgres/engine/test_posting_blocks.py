@@ -232,3 +232,47 @@ def test_a_merge_killed_midway_leaves_the_blocks_as_they_were(
     assert audit(store.engine).consistent
     _merge(store)
     assert _answers(store) == before
+
+
+def test_an_initial_load_cuts_its_postings_once_at_its_end(
+    store: PostgresSearchConnector,
+) -> None:
+    """An initial load's batches only list their chunks; the load cuts every group's blocks
+    at once when it ends: merged from the start, nothing for a merge to rewrite and no free
+    space left behind by one."""
+    report = store.upsert([_record(i) for i in range(2500)], batch_size=100)
+    assert report.chunks_written == 2500 and report.committed_batches == 25
+    with store.engine.connect() as conn:
+        listed = conn.execute(text("SELECT count(*) FROM posting_deferred")).scalar_one()
+        # Every page of the table holds live blocks: none was written and freed.
+        pages, used = conn.execute(
+            text(
+                "SELECT pg_relation_size('posting_blocks') / current_setting('block_size')::int,"
+                " (SELECT count(DISTINCT (ctid::text::point)[0]) FROM posting_blocks)"
+            )
+        ).one()
+    assert listed == 0 and pages == used
+    assert _layout(store)[1:] == (0, 0)
+    assert audit(store.engine).consistent
+    hits = store.search(SearchQuery(query="ledger manifest", allowed_scopes=["dock"])).hits
+    assert hits and all(int(h.doc_id[1:]) % 5 == 0 for h in hits)
+
+
+def test_postings_a_killed_load_deferred_are_cut_when_the_index_opens(
+    context_search_dsn: str, context_search_schema: str, store: PostgresSearchConnector
+) -> None:
+    """A load killed before its end leaves chunks listed without blocks: found by the
+    vector arm only, until a connector opens the index and cuts them."""
+    token = postings.DEFERRING.set(True)  # what an initial load's batches run under
+    try:
+        store.upsert([_record(i) for i in range(30)])
+    finally:
+        postings.DEFERRING.reset(token)
+    query = SearchQuery(query="ledger manifest", allowed_scopes=["dock"])
+    assert all(h.score_parts.lexical_rank is None for h in store.search(query).hits)
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=context_search_schema, embedder=HashingEmbedder()
+    ) as reopened:
+        hits = reopened.search(query).hits
+        assert hits and all(h.score_parts.lexical_rank is not None for h in hits[:3])
+        assert audit(reopened.engine).consistent

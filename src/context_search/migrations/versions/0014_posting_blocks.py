@@ -90,6 +90,8 @@ def upgrade() -> None:
             "lexeme", "permission_scope", "lifecycle", name="pk_posting_tombstones"
         ),
     )
+    # Chunks of an initial load whose blocks are cut when it ends (engine/postings.py).
+    op.create_table("posting_deferred", sa.Column("chunk_id", sa.BigInteger(), nullable=False))
     op.add_column(
         "term_stats", sa.Column("blocks", sa.Integer(), nullable=False, server_default="0")
     )
@@ -161,6 +163,7 @@ def downgrade() -> None:
         op.execute(f'DROP TRIGGER IF EXISTS chunks_postings_{event.lower()} ON "{schema}".chunks')
     op.execute(f'DROP FUNCTION IF EXISTS "{schema}".chunks_postings()')
     op.execute("DROP VIEW postings")
+    op.drop_table("posting_deferred")
     for table in ("posting_blocks", "posting_tombstones"):
         op.execute(f'DROP POLICY IF EXISTS {table}_scope_read ON "{schema}".{table}')
         op.execute(f'REVOKE ALL ON "{schema}".{table} FROM "{role}"')

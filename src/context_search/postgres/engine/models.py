@@ -45,6 +45,7 @@ __all__ = [
     "IndexConfigRow",
     "IndexJobRow",
     "PostingBlockRow",
+    "PostingDeferredRow",
     "PostingTombstoneRow",
     "ScopeStatsRow",
     "TermStatsRow",
@@ -273,6 +274,15 @@ class PostingBlockRow(Base):
     max_impact: Mapped[float] = mapped_column(REAL)
     chunk_ids: Mapped[list[int]] = mapped_column(ARRAY(BigInteger))
     impacts: Mapped[list[float]] = mapped_column(ARRAY(REAL))
+
+
+class PostingDeferredRow(Base):
+    """A chunk of an initial load whose blocks are cut when the load ends."""
+
+    __tablename__ = "posting_deferred"
+    __mapper_args__ = {"primary_key": ["chunk_id"]}  # noqa: RUF012
+
+    chunk_id: Mapped[int] = mapped_column(BigInteger)
 
 
 class PostingTombstoneRow(Base):

@@ -27,12 +27,18 @@ read their constants from here.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 __all__ = [
     "BLOCK_SIZE",
+    "BUILD_DEFERRED",
+    "DEFERRING",
+    "DEFER_SETTING",
     "GROUP",
     "IMPACT",
     "LIVE_POSTINGS",
     "TOMBSTONES_DUE",
+    "build_deferred",
     "cut_blocks",
     "fragmented",
     "trigger_function",
@@ -62,6 +68,36 @@ def fragmented(alias: str = "") -> str:
 TOMBSTONES_DUE = "cardinality(t.chunk_ids) >= LEAST(64, GREATEST(1, s.df / 8))"
 
 GROUP = "lexeme, permission_scope, lifecycle"
+
+#: Set while this thread's writes are an initial load's batches (``indexes/builds.py``):
+#: each batch turns :data:`DEFER_SETTING` on in its transaction (``write/gate.py``).
+DEFERRING: ContextVar[bool] = ContextVar("context_search_deferring_postings", default=False)
+
+#: A transaction-local setting: on, the triggers list new chunks in ``posting_deferred``
+#: instead of cutting their blocks (an initial load's batches; ``indexes/builds.py``).
+DEFER_SETTING = "context_search.defer_postings"
+
+#: The blocks of every deferred chunk still there, cut at once (one sort per group instead
+#: of a partial block per group and batch, which a merge would rewrite and leave as free
+#: space the size of the load); the list is emptied in the same statement. A chunk removed
+#: meanwhile is gone from ``chunks``; one removed concurrently is tombstoned by its writer.
+BUILD_DEFERRED = f"""
+    WITH listed AS (DELETE FROM posting_deferred RETURNING chunk_id),
+    p AS MATERIALIZED (
+        SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle, {IMPACT} AS impact
+        FROM chunks AS r
+        CROSS JOIN LATERAL unnest(r.tsv) AS u
+        CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
+        WHERE r.chunk_id IN (SELECT chunk_id FROM listed) AND r.lifecycle <> 'deleted'
+    ), b AS (
+        INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
+        {{blocks}}
+        RETURNING {GROUP}
+    )
+    INSERT INTO term_stats AS s ({GROUP}, blocks)
+    SELECT {GROUP}, count(*) FROM b GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP}) DO UPDATE SET blocks = s.blocks + EXCLUDED.blocks
+"""
 
 #: The live postings as rows (chunk_id, lexeme, impact, permission_scope, lifecycle): every
 #: block's entries but its group's tombstones. The ``postings`` view (migration 0014).
@@ -95,9 +131,20 @@ def cut_blocks(postings: str) -> str:
 def _born(rows: str, schema: str) -> str:
     """Blocks and document frequencies for the chunk rows ``rows`` (a transition table, or a
     subquery of one). Chunks of deleted documents are counted (the audit recounts every
-    lifecycle) but get no blocks: no search reads them."""
+    lifecycle) but get no blocks: no search reads them. In a transaction of an initial load
+    (:data:`DEFER_SETTING` on), the chunks are only listed in ``posting_deferred``: the load
+    cuts all their blocks at once when it ends (:data:`BUILD_DEFERRED`)."""
     s = f'"{schema}"'
     return f"""
+    IF current_setting('{DEFER_SETTING}', true) = 'on' THEN
+        INSERT INTO {s}.posting_deferred (chunk_id)
+        SELECT r.chunk_id FROM {rows} AS r WHERE r.lifecycle <> 'deleted';
+        INSERT INTO {s}.term_stats AS s ({GROUP}, df)
+        SELECT u.lexeme, r.permission_scope, r.lifecycle, count(*)
+        FROM {rows} AS r CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS u(lexeme)
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df;
+    ELSE
     WITH p AS MATERIALIZED (
         SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle, {IMPACT} AS impact
         FROM {rows} AS r
@@ -114,7 +161,8 @@ def _born(rows: str, schema: str) -> str:
           UNION ALL SELECT {GROUP}, 0, 1 FROM b) AS d
     GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
     ON CONFLICT ({GROUP})
-    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks;"""
+    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks;
+    END IF;"""
 
 
 def _died(rows: str, schema: str) -> str:
@@ -137,6 +185,11 @@ def _died(rows: str, schema: str) -> str:
     SELECT {GROUP}, -count(*) FROM d
     GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
     ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df;"""
+
+
+def build_deferred() -> str:
+    """:data:`BUILD_DEFERRED` with its blocks cut by :func:`cut_blocks`."""
+    return BUILD_DEFERRED.format(blocks=cut_blocks("p"))
 
 
 def trigger_function(schema: str) -> str:

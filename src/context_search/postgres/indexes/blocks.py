@@ -143,6 +143,10 @@ def merge_postings(
                 groups.update(raw.execute(_LOCK_NAMED, _columns(tombstoned)).fetchall())
             if not groups:
                 break
+            # Each group's blocks by its index: the planner, guessing a handful of groups
+            # from the arrays, would otherwise hash-join the whole table every round.
+            raw.execute("SET LOCAL enable_hashjoin = off")
+            raw.execute("SET LOCAL enable_mergejoin = off")
             raw.execute(_REWRITE, _columns(sorted(groups)))
         merged += len(groups)
         rounds += 1

@@ -30,6 +30,7 @@ from sqlalchemy import Engine, text
 
 from context_search.postgres.engine.drivers import autocommit_session, driver_of
 from context_search.postgres.engine.errors import translate_errors
+from context_search.postgres.engine.postings import DEFERRING, build_deferred
 from context_search.postgres.indexes.statistics import vacuum_after_write
 
 __all__ = [
@@ -222,9 +223,14 @@ def defer_index_builds(
         _note(raw, {**pending_builds(raw), **definitions})
         for name in definitions:
             raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        # An initial load's batches list their chunks; their postings are cut at its end,
+        # a block per group instead of one per group and batch (engine/postings.py).
+        deferring = DEFERRING.set(initial)
         try:
             yield
         finally:
+            DEFERRING.reset(deferring)
+            build_deferred_postings(raw)
             rows = _count(raw)
             for name, definition in definitions.items():
                 _build(raw, name, definition, rows, dimension)
@@ -236,6 +242,17 @@ def defer_index_builds(
             vacuum_after_write(raw, analyze=True)
 
 
+def build_deferred_postings(raw: Any) -> int:
+    """Cut the blocks of the chunks an initial load deferred (``raw``: autocommit, holding
+    the load lock, so no batch of that load is still writing); returns the groups written."""
+    raw.execute("SET statement_timeout = 0")
+    try:
+        with raw.transaction():
+            return int(raw.execute(build_deferred()).rowcount or 0)
+    finally:
+        raw.execute("RESET statement_timeout")
+
+
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
     """Build the search indexes that a load killed between its drop and its build left
     missing (as noted in the comment of ``chunks``) or that a failed build left invalid,
@@ -244,13 +261,17 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
         raw = driver_of(sa_conn)
         noted = pending_builds(raw)
         invalid = [n for n, (_, valid) in _states(raw, DEFERRABLE).items() if not valid]
+        deferred = raw.execute("SELECT EXISTS (SELECT 1 FROM posting_deferred)").fetchone()[0]
         raw.rollback()
-    if not noted and not invalid:
+    if not noted and not invalid and not deferred:
         return []
     built: list[str] = []
     with _ddl_session(engine, "ensure indexes") as raw:
         if raw is None:
             return []  # a load in progress builds them at its end
+        if deferred:  # a killed initial load's chunks, still without postings
+            log.warning("cutting the posting blocks a killed load deferred")
+            build_deferred_postings(raw)
         states = _states(raw, DEFERRABLE)
         todo = {n: d for n, (d, valid) in states.items() if not valid}
         todo.update({n: d for n, d in pending_builds(raw).items() if n not in states})

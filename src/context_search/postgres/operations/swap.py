@@ -23,6 +23,7 @@ REBUILT = frozenset(
         "chunks",
         "posting_blocks",
         "posting_tombstones",
+        "posting_deferred",
         "scope_stats",
         "term_stats",
     }

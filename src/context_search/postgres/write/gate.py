@@ -20,6 +20,7 @@ from sqlalchemy import ARRAY, Connection, Text, bindparam, text
 from sqlalchemy.sql.elements import TextClause
 
 from context_search.errors import RetrieverUnconfiguredError
+from context_search.postgres.engine.postings import DEFER_SETTING, DEFERRING
 
 __all__ = ["GATE", "LOCK_DOCS", "enter_write", "lock_documents", "lock_key"]
 
@@ -39,10 +40,15 @@ def lock_key(raw: Any, schema: str, purpose: str) -> int:
     return int(row[0])
 
 
+_DEFER = text(f"SELECT set_config('{DEFER_SETTING}', 'on', true)")
+
+
 def enter_write(conn: Connection, revision: int | None) -> None:
     """Pass the gate in ``conn``'s transaction, first thing; with ``revision``, also check
     that it is still the active configuration (writes of chunks and vectors)."""
     conn.execute(_SHARED)
+    if DEFERRING.get():  # an initial load's batch: its postings are cut when the load ends
+        conn.execute(_DEFER)
     if revision is None:
         return
     active = conn.execute(_ACTIVE).scalar()
