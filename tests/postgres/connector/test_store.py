@@ -68,7 +68,19 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
         assert indexes["ix_posting_blocks_group"].endswith(
             "USING btree (lexeme, permission_scope, lifecycle, max_impact DESC)"
         )
-        assert "WHERE (blocks >" in indexes["ix_term_stats_fragmented"]
+        assert indexes["ix_term_stats_due"].endswith("WHERE due")
+        with psycopg.connect(context_search_dsn) as conn:
+            # The tsvector stage 2 reads stays in the chunk row; bodies leave theirs (0015).
+            storage = conn.execute(
+                "SELECT attstorage FROM pg_attribute WHERE attrelid = CAST(%s AS regclass) "
+                "AND attname = 'tsv'",
+                (f"{context_search_schema}.chunks",),
+            ).fetchone()
+            options = conn.execute(
+                "SELECT reloptions FROM pg_class WHERE oid = CAST(%s AS regclass)",
+                (f"{context_search_schema}.documents",),
+            ).fetchone()
+        assert storage == ("m",) and options == (["toast_tuple_target=256"],)
         assert {r[0] for r in rls} == {
             "documents",
             "chunks",
@@ -381,9 +393,10 @@ def test_chunk_rows_keep_their_vector_inline(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
     """Distances are computed from the chunk's row: a vector moved to the TOAST table costs
-    every exact distance and every HNSW hit a TOAST index probe and page (migration 0010).
-    In rows well over 2 kB (a 768-d vector and a long text) the text columns leave the row
-    and the vector stays."""
+    every exact distance and every HNSW hit a TOAST index probe and page (migration 0010);
+    so does the tsvector for every candidate stage 2 scores (migration 0015). In rows well
+    over 2 kB (a 768-d vector and a long text) the text leaves the row; vector and tsvector
+    stay."""
     body = " ".join(f"word{i} and more text about subject{i % 13}" for i in range(60))
     with PostgresSearchConnector.open(
         context_search_dsn, schema=context_search_schema, embedder=HashingEmbedder(768)
@@ -398,14 +411,15 @@ def test_chunk_rows_keep_their_vector_inline(
             row = conn.exec_driver_sql(
                 "SELECT min(pg_column_size(embedding)), min(octet_length(text)), "
                 "count(pg_column_toast_chunk_id(embedding)), "
-                "count(pg_column_toast_chunk_id(tsv)), count(*) FROM chunks"
+                "count(pg_column_toast_chunk_id(tsv)), count(pg_column_toast_chunk_id(text)), "
+                "count(*) FROM chunks"
             ).one()
-    vector_bytes, text_bytes, vectors_out, tsvectors_out, chunks = row
+    vector_bytes, text_bytes, vectors_out, tsvectors_out, texts_out, chunks = row
     # 3 kB of vector (compressed in the row when it can be: hashing vectors are sparse)
     # and over 1 kB of text: a row well over the default 2 kB.
     assert vector_bytes > 0 and text_bytes > 1000
-    assert vectors_out == 0
-    assert tsvectors_out == chunks > 0  # what left the row instead
+    assert vectors_out == tsvectors_out == 0
+    assert texts_out == chunks > 0  # what left the row instead
 
 
 def _vector_top(store: PostgresSearchConnector, query: SearchQuery) -> list[str]:

@@ -10,7 +10,7 @@ postings of one (lexeme, scope, lifecycle) group per row, strongest first, with 
 largest impact; ``posting_tombstones`` lists, per group, the chunks whose postings died since
 the group was last merged (see ``postgres/engine/postings.py``). Statement triggers on
 ``chunks`` append blocks, record tombstones and keep ``term_stats`` (which also counts each
-group's blocks, so a merge finds the fragmented ones by a partial index); the triggers on
+group's blocks and whether a merge is due for it, found by a partial index); the triggers on
 ``postings`` and the table go, and ``postings`` becomes a view of the live postings (one
 row per chunk and lexeme, as before, without ``tf``).
 
@@ -30,7 +30,6 @@ from sqlalchemy import text
 from context_search.postgres.engine.postings import (
     LIVE_POSTINGS,
     cut_blocks,
-    fragmented,
     trigger_function,
 )
 
@@ -95,6 +94,9 @@ def upgrade() -> None:
     op.add_column(
         "term_stats", sa.Column("blocks", sa.Integer(), nullable=False, server_default="0")
     )
+    op.add_column(
+        "term_stats", sa.Column("due", sa.Boolean(), nullable=False, server_default="false")
+    )
     op.execute(
         "INSERT INTO posting_blocks (lexeme, permission_scope, lifecycle, max_impact, "
         "chunk_ids, impacts)" + cut_blocks("(SELECT * FROM postings WHERE lifecycle <> 'deleted')")
@@ -106,8 +108,8 @@ def upgrade() -> None:
         "= (b.lexeme, b.permission_scope, b.lifecycle)"
     )
     op.execute(
-        "CREATE INDEX ix_term_stats_fragmented ON term_stats "
-        f"(lexeme, permission_scope, lifecycle) WHERE {fragmented()}"
+        "CREATE INDEX ix_term_stats_due ON term_stats (lexeme, permission_scope, lifecycle) "
+        "WHERE due"
     )
     for event, _ in _EVENTS:
         op.execute(
@@ -168,7 +170,8 @@ def downgrade() -> None:
         op.execute(f'DROP POLICY IF EXISTS {table}_scope_read ON "{schema}".{table}')
         op.execute(f'REVOKE ALL ON "{schema}".{table} FROM "{role}"')
         op.drop_table(table)
-    op.execute("DROP INDEX ix_term_stats_fragmented")
+    op.execute("DROP INDEX ix_term_stats_due")
+    op.drop_column("term_stats", "due")
     op.drop_column("term_stats", "blocks")
     op.create_table(
         "postings",

@@ -33,8 +33,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from context_search.postgres.engine.postings import fragmented
-
 __all__ = [
     "DEFAULT_DIMENSION",
     "NAMING_CONVENTION",
@@ -309,18 +307,18 @@ class ScopeStatsRow(Base):
 
 class TermStatsRow(Base):
     """Chunks per (lexeme, scope, lifecycle) holding the lexeme: BM25 document frequencies,
-    and the group's posting blocks (so a merge finds fragmented groups by a partial index);
+    the group's posting blocks and whether a merge is due for it (found by a partial index);
     kept exact by statement triggers on ``chunks`` (migration 0014)."""
 
     __tablename__ = "term_stats"
     __table_args__ = (
         # The groups a merge is due for (``indexes/blocks.py``), found without a scan.
         Index(
-            "ix_term_stats_fragmented",
+            "ix_term_stats_due",
             "lexeme",
             "permission_scope",
             "lifecycle",
-            postgresql_where=text(fragmented()),
+            postgresql_where=text("due"),
         ),
     )
 
@@ -329,3 +327,4 @@ class TermStatsRow(Base):
     lifecycle: Mapped[str] = mapped_column(String(16), primary_key=True)
     df: Mapped[int] = mapped_column(BigInteger, default=0)
     blocks: Mapped[int] = mapped_column(Integer, default=0)
+    due: Mapped[bool] = mapped_column(Boolean, default=False)  # a merge is (``fragmented``)

@@ -2,8 +2,8 @@
 purged (the layout, and why, is in ``postgres/engine/postings.py``).
 
 A merge runs after every write commits (``statistics.refresh_statistics``) and after a job
-drain, on the groups the writes left due: fragmented ones (found by a partial index on
-``term_stats``) and ones whose tombstones are due. It is maintenance, never part of a write:
+drain, on the groups the writes left due: fragmented ones (``term_stats.due``, found by a
+partial index) and ones whose tombstones are due. It is maintenance, never part of a write:
 searches read unmerged groups exactly, only with more blocks.
 """
 
@@ -21,7 +21,6 @@ from context_search.postgres.engine.postings import (
     GROUP,
     TOMBSTONES_DUE,
     cut_blocks,
-    fragmented,
 )
 
 __all__ = ["MergeReport", "merge_after_write", "merge_postings"]
@@ -40,7 +39,7 @@ _LOCK_TOMBSTONED = f"""
 
 _LOCK_FRAGMENTED = """
     SELECT s.lexeme, s.permission_scope, s.lifecycle FROM term_stats s
-    WHERE {fragmented}
+    WHERE {due}
     ORDER BY 1, 2, 3 LIMIT %(groups)s
     FOR UPDATE SKIP LOCKED
 """
@@ -84,7 +83,7 @@ _REWRITE = f"""
         FROM (SELECT {_GROUP}, -1 AS n FROM old UNION ALL SELECT {_GROUP}, 1 FROM made) AS x
         GROUP BY 1, 2, 3
     )
-    UPDATE term_stats s SET blocks = s.blocks + d.n
+    UPDATE term_stats s SET blocks = s.blocks + d.n, due = false
     FROM delta d
     WHERE (s.lexeme, s.permission_scope, s.lifecycle)
           = (d.lexeme, d.permission_scope, d.lifecycle)
@@ -121,7 +120,7 @@ def merge_postings(
     untouched (the rewrite deletes only the blocks its snapshot saw), so a merge can be
     killed at any point: its transaction rolls back, and the blocks are as they were.
     """
-    stale = f"s.blocks > (s.df + {BLOCK_SIZE - 1}) / {BLOCK_SIZE}" if full else fragmented("s.")
+    stale = f"s.blocks > (s.df + {BLOCK_SIZE - 1}) / {BLOCK_SIZE}" if full else "s.due"
     due = "TRUE" if full else TOMBSTONES_DUE
     merged = rounds = 0
     while max_rounds is None or rounds < max_rounds:
@@ -135,7 +134,7 @@ def merge_postings(
             ).fetchall()
             groups = set(
                 raw.execute(
-                    sql.SQL(_LOCK_FRAGMENTED).format(fragmented=sql.SQL(stale)),
+                    sql.SQL(_LOCK_FRAGMENTED).format(due=sql.SQL(stale)),
                     {"groups": groups_per_round},
                 ).fetchall()
             )
