@@ -10,10 +10,12 @@ toaster moved the tsvector (the largest column) out of line, so each candidate c
 index probe and page on top of its row. With ``STORAGE MAIN`` the tsvector stays in the row
 and the text (read only for the few hits' snippets) goes out of line instead.
 
-A document's body is read by ``get_document`` and re-indexing, never by a search, yet it sat
-in the row every search reads for its hits' fields and filters. With ``toast_tuple_target``
-at 256 bytes the body is compressed and stored out of line, and the rows searches read are
-a fraction of the size.
+A document's body is read by ``get_document`` and re-indexing, never by a search, yet it sits
+in the row every search reads for its hits' fields and filters. PostgreSQL toasts only rows
+over ~2 kB, and then shrinks them to ``toast_tuple_target``: at 256 bytes instead of ~2 kB,
+the body of such a document is compressed and moved out of line rather than kept compressed
+in the row. (Rows under ~2 kB are never toasted, whatever the setting: the body of a short
+document stays in its row; the footprint suite's documents are such.)
 
 Both settings apply to rows written from now on; existing rows keep their layout until they
 are rewritten (nothing here rewrites a table).
