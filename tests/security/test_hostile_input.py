@@ -47,6 +47,7 @@ from tests.security.hostile_oracle import (
     gap_status,
     outcome,
 )
+from tests.security.test_reader_role import SCOPED_TABLES
 
 __all__ = [  # the harness, and what test_cli_hostile shares
     "BACKENDS",
@@ -176,15 +177,7 @@ def test_database_survives_injection_strings(store: Store) -> None:
                 (store.schema,),
             ).fetchall()
         )
-        for table in (
-            "documents",
-            "chunks",
-            "posting_blocks",
-            "posting_tombstones",
-            "scope_stats",
-            "term_stats",
-            "index_jobs",
-        ):
+        for table in (*SCOPED_TABLES, "index_jobs"):
             assert rls[table] is True, table
         policies = conn.execute(
             "SELECT count(*) FROM pg_policies WHERE schemaname = %s", (store.schema,)

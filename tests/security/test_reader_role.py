@@ -27,8 +27,8 @@ from context_search.postgres.read import session as read_session
 
 pytestmark = pytest.mark.integration
 
-# Every table a read touches whose rows carry a scope.
-_SCOPED_TABLES = (
+# Every table a read touches whose rows carry a scope (row-level security on each).
+SCOPED_TABLES = (
     "documents",
     "chunks",
     "posting_blocks",
@@ -54,7 +54,7 @@ def _hide_team_from_reader(dsn: str, schema: str) -> None:
     else (the login role owns the tables and bypasses row-level security)."""
     reader = sql.Identifier(f"{schema}_reader")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for table in _SCOPED_TABLES:
+        for table in SCOPED_TABLES:
             conn.execute(
                 sql.SQL(
                     "CREATE POLICY probe_hide_team ON {}.{} AS RESTRICTIVE FOR SELECT TO {} "

@@ -24,6 +24,7 @@ from context_search.postgres.engine.migrations import (
 from context_search.postgres.engine.models import Base
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
 from context_search.postgres.engine.server import temporary_server
+from tests.security.test_reader_role import SCOPED_TABLES
 
 
 @pytest.fixture
@@ -81,15 +82,7 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
                 (f"{context_search_schema}.documents",),
             ).fetchone()
         assert storage == ("m",) and options == (["toast_tuple_target=256"],)
-        assert {r[0] for r in rls} == {
-            "documents",
-            "chunks",
-            "posting_blocks",
-            "posting_tombstones",
-            "scope_stats",
-            "term_stats",
-            "index_jobs",
-        }
+        assert {r[0] for r in rls} == {*SCOPED_TABLES, "index_jobs"}
         downgrade(engine, schema=context_search_schema)
         assert _tables(context_search_dsn, context_search_schema) == {"alembic_version"}
         migrate(engine, schema=context_search_schema)

@@ -17,7 +17,7 @@ from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine import postings
 from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.engine.postings import BLOCK_SIZE
-from context_search.postgres.indexes import statistics
+from context_search.postgres.indexes import builds, statistics
 from context_search.postgres.indexes.blocks import merge_postings
 from context_search.postgres.operations.audit import audit
 
@@ -63,6 +63,19 @@ def _layout(store: PostgresSearchConnector) -> tuple[int, int, int]:
     return int(row[0]), int(row[1]), int(row[2])
 
 
+def _written_in_runs(store: PostgresSearchConnector, n: int) -> None:
+    """``n`` records in writes of ten: a run of blocks per group and write."""
+    for start in range(0, n, 10):
+        store.upsert([_record(i) for i in range(start, start + 10)])
+
+
+def _harbor_blocks(store: PostgresSearchConnector) -> int:
+    with store.engine.connect() as conn:
+        return int(
+            conn.execute(text("SELECT blocks FROM term_stats WHERE lexeme = 'harbor'")).scalar_one()
+        )
+
+
 def _merge(store: PostgresSearchConnector, *, full: bool = True) -> int:
     with autocommit_session(store.engine, "test") as raw:
         return merge_postings(raw, full=full).groups
@@ -89,8 +102,7 @@ def store(context_search_dsn: str, context_search_schema: str) -> Iterator[Postg
 def test_an_unmerged_group_reads_exactly_like_a_merged_one(
     store: PostgresSearchConnector, unmerged: None
 ) -> None:
-    for start in range(0, 300, 10):  # thirty writes: thirty overlapping runs per group
-        store.upsert([_record(i) for i in range(start, start + 10)])
+    _written_in_runs(store, 300)  # thirty writes: thirty overlapping runs per group
     blocks_before, unmerged_groups, _ = _layout(store)
     assert unmerged_groups > 0
     fragmented = _answers(store)
@@ -98,18 +110,13 @@ def test_an_unmerged_group_reads_exactly_like_a_merged_one(
     assert _merge(store) == unmerged_groups
     blocks_after, unmerged_groups, _ = _layout(store)
     assert unmerged_groups == 0 and blocks_after < blocks_before
-    with store.engine.connect() as conn:
-        harbor = conn.execute(
-            text("SELECT blocks FROM term_stats WHERE lexeme = 'harbor'")
-        ).scalar_one()
-    assert harbor == 3  # 300 postings: three blocks, from thirty
+    assert _harbor_blocks(store) == 3  # 300 postings: three blocks, from thirty
     assert _answers(store) == fragmented
     assert audit(store.engine).consistent
 
 
 def test_a_write_merges_the_groups_it_left_fragmented(store: PostgresSearchConnector) -> None:
-    for start in range(0, 300, 10):
-        store.upsert([_record(i) for i in range(start, start + 10)])
+    _written_in_runs(store, 300)
     with store.engine.connect() as conn:
         due = conn.execute(
             text(f"SELECT count(*) FROM term_stats WHERE due OR {postings.fragmented()}")
@@ -166,18 +173,13 @@ def test_a_merge_skips_groups_a_writer_holds_and_loses_nothing(
     context_search_schema: str,
     unmerged: None,
 ) -> None:
-    for start in range(0, 200, 10):
-        store.upsert([_record(i) for i in range(start, start + 10)])
+    _written_in_runs(store, 200)
     with psycopg.connect(context_search_dsn) as writer:
         writer.execute(f'SET search_path = "{context_search_schema}", public')
         # A delete in flight: its tombstones and counters of every "harbor" group are locked.
         writer.execute("DELETE FROM chunks WHERE doc_id IN ('d0003', 'd0004')")
         merged = _merge(store)
-        with store.engine.connect() as conn:
-            harbor = conn.execute(
-                text("SELECT blocks FROM term_stats WHERE lexeme = 'harbor'")
-            ).scalar_one()
-        assert merged > 0 and harbor > 2  # merged around the held groups
+        assert merged > 0 and _harbor_blocks(store) > 2  # merged around the held groups
         writer.commit()
     _merge(store)
     assert _layout(store)[1:] == (0, 0)
@@ -193,8 +195,7 @@ def test_a_merge_killed_midway_leaves_the_blocks_as_they_were(
     context_search_schema: str,
     unmerged: None,
 ) -> None:
-    for start in range(0, 200, 10):
-        store.upsert([_record(i) for i in range(start, start + 10)])
+    _written_in_runs(store, 200)
     before = _answers(store)
     layout = _layout(store)
     failure: list[BaseException] = []
@@ -259,15 +260,20 @@ def test_an_initial_load_cuts_its_postings_once_at_its_end(
 
 
 def test_postings_a_killed_load_deferred_are_cut_when_the_index_opens(
-    context_search_dsn: str, context_search_schema: str, store: PostgresSearchConnector
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A load killed before its end leaves chunks listed without blocks: found by the
-    vector arm only, until a connector opens the index and cuts them."""
-    token = postings.DEFERRING.set(True)  # what an initial load's batches run under
-    try:
-        store.upsert([_record(i) for i in range(30)])
-    finally:
-        postings.DEFERRING.reset(token)
+    """A load killed between its batches and their cut leaves chunks listed without blocks:
+    found by the vector arm only, until a connector opens the index and cuts them."""
+    with monkeypatch.context() as killed:
+        killed.setattr(builds, "build_deferred_postings", lambda raw: 0)  # never got there
+        token = postings.DEFERRING.set(True)  # what an initial load's batches run under
+        try:
+            store.upsert([_record(i) for i in range(30)])
+        finally:
+            postings.DEFERRING.reset(token)
     query = SearchQuery(query="ledger manifest", allowed_scopes=["dock"])
     assert all(h.score_parts.lexical_rank is None for h in store.search(query).hits)
     with PostgresSearchConnector.open(

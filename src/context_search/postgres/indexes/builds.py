@@ -242,6 +242,21 @@ def defer_index_builds(
             vacuum_after_write(raw, analyze=True)
 
 
+@contextmanager
+def cut_deferred_postings_after(engine: Engine) -> Iterator[None]:
+    """Around one ``upsert`` call of an initial load: when it returns (or fails), cut the
+    postings its batches deferred, so a call's documents are found lexically once it
+    returns, however many calls the load spans (``bulk_load``)."""
+    try:
+        yield
+    finally:
+        if DEFERRING.get():
+            # This thread's load holds the load lock (in its own session), so no other load
+            # defers meanwhile: everything listed is this load's, and its batches are done.
+            with autocommit_session(engine, "upsert") as raw:
+                build_deferred_postings(raw)
+
+
 def build_deferred_postings(raw: Any) -> int:
     """Cut the blocks of the chunks an initial load deferred (``raw``: autocommit, holding
     the load lock, so no batch of that load is still writing); returns the groups written."""

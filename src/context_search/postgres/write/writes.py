@@ -123,10 +123,14 @@ class Writes:
         load = self._load
         if load is not None and not defer_indexing:
             self._decide_load(load, valid)
-            return self._upsert(valid, defer_indexing, batch_size, progress, rule)
+            with builds.cut_deferred_postings_after(self._engine):
+                return self._upsert(valid, defer_indexing, batch_size, progress, rule)
         defer, initial = (False, False) if defer_indexing else self._large_load(valid)
-        with builds.defer_index_builds(
-            self._engine, enabled=defer, dimension=self._settings.dimension, initial=initial
+        with (
+            builds.defer_index_builds(
+                self._engine, enabled=defer, dimension=self._settings.dimension, initial=initial
+            ),
+            builds.cut_deferred_postings_after(self._engine),
         ):
             return self._upsert(valid, defer_indexing, batch_size, progress, rule)
 
