@@ -137,8 +137,8 @@ def _born(rows: str, schema: str) -> str:
     """Blocks and document frequencies for the chunk rows ``rows`` (a transition table, or a
     subquery of one). Chunks of deleted documents are counted (the audit recounts every
     lifecycle) but get no blocks: no search reads them. In a transaction of an initial load
-    (:data:`DEFER_SETTING` on), the chunks are only listed in ``posting_deferred``: the load
-    cuts all their blocks at once when it ends (:data:`BUILD_DEFERRED`)."""
+    (:data:`DEFER_SETTING` on), the chunks are only listed in ``posting_deferred``: each of the
+    load's ``upsert`` calls cuts their blocks at once when it returns (:data:`BUILD_DEFERRED`)."""
     s = f'"{schema}"'
     return f"""
     IF current_setting('{DEFER_SETTING}', true) = 'on' THEN

@@ -223,8 +223,9 @@ def defer_index_builds(
         _note(raw, {**pending_builds(raw), **definitions})
         for name in definitions:
             raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-        # An initial load's batches list their chunks; their postings are cut at its end,
-        # a block per group instead of one per group and batch (engine/postings.py).
+        # An initial load's batches list their chunks; their postings are cut when each
+        # upsert call returns (and here, after a failure), a block per group instead of one
+        # per group and batch (engine/postings.py).
         deferring = DEFERRING.set(initial)
         try:
             yield
