@@ -85,7 +85,7 @@ def _merge(store: PostgresSearchConnector, *, full: bool = True) -> int:
 def unmerged(monkeypatch: pytest.MonkeyPatch) -> None:
     """Writes leave their blocks as they are (no merge after them), as when a merge has not
     run yet."""
-    monkeypatch.setattr(statistics, "merge_after_write", lambda raw: None)
+    monkeypatch.setattr(statistics, "merge_after_write", lambda engine, action: None)
 
 
 @pytest.fixture

@@ -20,7 +20,13 @@ from sqlalchemy.util import await_
 
 from context_search.postgres.engine.errors import translate_errors
 
-__all__ = ["LentConnection", "SyncDriverConnection", "autocommit_session", "driver_of"]
+__all__ = [
+    "LentConnection",
+    "SyncDriverConnection",
+    "autocommit_session",
+    "driver_of",
+    "lock_key",
+]
 
 
 @contextmanager
@@ -196,3 +202,10 @@ def autocommit_session(engine: Engine, action: str) -> Iterator[Any]:
             yield raw
         finally:
             raw.autocommit = False
+
+
+def lock_key(raw: Any, schema: str, purpose: str) -> int:
+    """The advisory lock key of ``purpose`` on index ``schema``, computed by the server the
+    way writers compute the gate's (``raw``: a psycopg connection)."""
+    row = raw.execute("SELECT hashtextextended(%s || '/' || %s, 0)", (schema, purpose)).fetchone()
+    return int(row[0])

@@ -15,7 +15,10 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from sqlalchemy import Engine
 
+from context_search.errors import ContextSearchError
+from context_search.postgres.engine.drivers import autocommit_session, lock_key
 from context_search.postgres.engine.postings import (
     BLOCK_SIZE,
     GROUP,
@@ -26,12 +29,11 @@ from context_search.postgres.engine.postings import (
 __all__ = ["MergeReport", "merge_after_write", "merge_postings"]
 
 log = logging.getLogger(__name__)
-_GROUP = GROUP
 
 _LOCK_TOMBSTONED = f"""
     SELECT t.lexeme, t.permission_scope, t.lifecycle
     FROM posting_tombstones t
-    JOIN term_stats s USING ({_GROUP})
+    JOIN term_stats s USING ({GROUP})
     WHERE {{due}}
     ORDER BY 1, 2, 3 LIMIT %(groups)s
     FOR UPDATE OF t SKIP LOCKED
@@ -46,18 +48,16 @@ _LOCK_FRAGMENTED = """
 
 _LOCK_NAMED = f"""
     SELECT s.lexeme, s.permission_scope, s.lifecycle FROM term_stats s
-    WHERE ({_GROUP}) IN (SELECT * FROM unnest(%(lexemes)s::text[], %(scopes)s::text[],
+    WHERE ({GROUP}) IN (SELECT * FROM unnest(%(lexemes)s::text[], %(scopes)s::text[],
                                               %(lifecycles)s::text[]))
     ORDER BY 1, 2, 3
     FOR UPDATE SKIP LOCKED
 """
 
-_ONE_MERGER = "SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema() || '/merge', 0))"
-
 _REWRITE = f"""
     WITH g AS (
         SELECT * FROM unnest(%(lexemes)s::text[], %(scopes)s::text[], %(lifecycles)s::text[])
-            AS g({_GROUP})
+            AS g({GROUP})
     ), old AS (
         DELETE FROM posting_blocks b USING g
         WHERE (b.lexeme, b.permission_scope, b.lifecycle)
@@ -72,15 +72,15 @@ _REWRITE = f"""
         SELECT o.lexeme, o.permission_scope, o.lifecycle, x.chunk_id, x.impact
         FROM old o
         CROSS JOIN LATERAL unnest(o.chunk_ids, o.impacts) AS x(chunk_id, impact)
-        LEFT JOIN tomb t USING ({_GROUP})
+        LEFT JOIN tomb t USING ({GROUP})
         WHERE t.chunk_ids IS NULL OR x.chunk_id <> ALL(t.chunk_ids)
     ), made AS (
-        INSERT INTO posting_blocks ({_GROUP}, max_impact, chunk_ids, impacts)
+        INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
         {cut_blocks("live")}
-        RETURNING {_GROUP}
+        RETURNING {GROUP}
     ), delta AS (
-        SELECT {_GROUP}, sum(n) AS n
-        FROM (SELECT {_GROUP}, -1 AS n FROM old UNION ALL SELECT {_GROUP}, 1 FROM made) AS x
+        SELECT {GROUP}, sum(n) AS n
+        FROM (SELECT {GROUP}, -1 AS n FROM old UNION ALL SELECT {GROUP}, 1 FROM made) AS x
         GROUP BY 1, 2, 3
     )
     UPDATE term_stats s SET blocks = s.blocks + d.n, due = false
@@ -123,11 +123,11 @@ def merge_postings(
     stale = f"s.blocks > (s.df + {BLOCK_SIZE - 1}) / {BLOCK_SIZE}" if full else "s.due"
     due = "TRUE" if full else TOMBSTONES_DUE
     merged = rounds = 0
+    key = lock_key(raw, raw.execute("SELECT current_schema()").fetchone()[0], "merge")
     while max_rounds is None or rounds < max_rounds:
         with raw.transaction():
-            # One merger at a time: two would rewrite the same groups twice. (The key is
-            # computed as ``write.gate.lock_key`` computes the gate's, for purpose "merge".)
-            if not raw.execute(_ONE_MERGER).fetchone()[0]:
+            # One merger at a time: two would rewrite the same groups twice.
+            if not raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchone()[0]:
                 break
             tombstoned = raw.execute(
                 sql.SQL(_LOCK_TOMBSTONED).format(due=sql.SQL(due)), {"groups": groups_per_round}
@@ -154,12 +154,13 @@ def merge_postings(
     return MergeReport(groups=merged, rounds=rounds)
 
 
-def merge_after_write(raw: Any) -> MergeReport | None:
-    """A merge after a write commits, on ``raw`` (autocommit): the groups the write left due,
-    never an error for the write's caller (a failure is logged; the next merge picks the
-    groups up, and searches read unmerged groups exactly)."""
+def merge_after_write(engine: Engine, action: str) -> MergeReport | None:
+    """A merge after a write commits (``action``: the write, for error messages): the groups
+    it left due, never an error for the write's caller (a failure is logged; the next merge
+    picks the groups up, and searches read unmerged groups exactly)."""
     try:
-        return merge_postings(raw)
-    except psycopg.Error as exc:
-        log.warning("postings not merged after a write: %s", exc)
+        with autocommit_session(engine, action) as raw:
+            return merge_postings(raw)
+    except (psycopg.Error, ContextSearchError) as exc:
+        log.warning("postings not merged after %s: %s", action, exc)
         return None

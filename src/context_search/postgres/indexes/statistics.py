@@ -94,11 +94,7 @@ def refresh_statistics(engine: Engine, chunks_written: int) -> bool:
     returns whether it analyzed."""
     if chunks_written <= 0:
         return False
-    try:
-        with autocommit_session(engine, "upsert") as raw:
-            merge_after_write(raw)
-    except ContextSearchError as exc:
-        log.warning("postings not merged after a write: %s", exc)
+    merge_after_write(engine, "upsert")
     if chunks_written < _MIN_CHUNKS:
         return False
     try:

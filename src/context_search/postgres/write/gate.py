@@ -14,12 +14,11 @@ models in one index.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import ARRAY, Connection, Text, bindparam, text
 from sqlalchemy.sql.elements import TextClause
 
 from context_search.errors import RetrieverUnconfiguredError
+from context_search.postgres.engine.drivers import lock_key
 from context_search.postgres.engine.postings import DEFER_SETTING, DEFERRING
 
 __all__ = ["GATE", "LOCK_DOCS", "enter_write", "lock_documents", "lock_key"]
@@ -31,13 +30,6 @@ _SHARED = text(
     f"SELECT pg_advisory_xact_lock_shared(hashtextextended(current_schema() || '/{GATE}', 0))"
 )
 _ACTIVE = text("SELECT revision FROM index_configs WHERE active")
-
-
-def lock_key(raw: Any, schema: str, purpose: str) -> int:
-    """The advisory lock key of ``purpose`` on index ``schema``, computed by the server the
-    way writers compute the gate's (``raw``: a psycopg connection)."""
-    row = raw.execute("SELECT hashtextextended(%s || '/' || %s, 0)", (schema, purpose)).fetchone()
-    return int(row[0])
 
 
 _DEFER = text(f"SELECT set_config('{DEFER_SETTING}', 'on', true)")

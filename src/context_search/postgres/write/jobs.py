@@ -33,7 +33,6 @@ from context_search import telemetry
 from context_search.contract import ReindexReport
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
-from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.engine.errors import translate_errors, write_attempts
 from context_search.postgres.indexes import builds
 from context_search.postgres.indexes.blocks import merge_after_write
@@ -196,8 +195,7 @@ class JobWorker:
         if taken:
             # Purges and visibility changes leave tombstones, index jobs new blocks: merge
             # the groups they left due (never failing the drain: a later merge retries).
-            with autocommit_session(self._engine, "reindex") as raw:
-                merge_after_write(raw)
+            merge_after_write(self._engine, "reindex")
         return ReindexReport(done=done, retried=retried, failed=failed, remaining=self.remaining())
 
     def remaining(self) -> int:
