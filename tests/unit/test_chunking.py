@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_search import InvalidRecordError
-from context_search.text import Chunk, chunk_text, validate_spans
+from context_search.text import Chunk, chunk_text, stitch, validate_spans
 from context_search.text.chunking import _SPACE_CODE_POINTS
 
 pytestmark = pytest.mark.unit
@@ -68,6 +68,35 @@ def test_chunks_are_exact_covering_byte_slices(
     _check_invariants(body, chunks, max_bytes, overlap)
     assert chunk_text(body, max_bytes=max_bytes, overlap_bytes=overlap) == chunks
     assert (chunks == []) == (body.strip() == "")
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=_BODIES, max_bytes=st.integers(16, 300), overlap_frac=st.floats(0, 0.95))
+def test_stitched_chunks_are_the_body_exactly_when_they_cover_every_byte(
+    body: str, max_bytes: int, overlap_frac: float
+) -> None:
+    """A store keeps a body only in its chunks when they stitch back to it
+    (``postgres/engine/bodies.py``): that must mean every byte is in some chunk, and a body
+    they leave a byte of must never stitch back equal."""
+    chunks = chunk_text(body, max_bytes=max_bytes, overlap_bytes=int(max_bytes * overlap_frac))
+    raw = body.encode("utf-8")
+    covered = bytearray(len(raw))
+    for c in chunks:
+        covered[c.start_byte : c.end_byte] = b"\x01" * (c.end_byte - c.start_byte)
+    assert (stitch(chunks) == body) == all(covered)
+    # Always the covered bytes in order, each once.
+    assert stitch(chunks).encode("utf-8") == bytes(b for b, k in zip(raw, covered) if k)
+
+
+def test_stitching_caller_spans_follows_ordinals_and_overlaps() -> None:
+    body = "数据库 retrieval, 重启 🚀 done"
+    raw = body.encode("utf-8")
+    spans = [(0, 13), (10, 24), (24, len(raw))]
+    assert stitch(validate_spans(body, spans)) == body
+    # Out of order: stitched in ordinal order, so not the body (the store keeps it).
+    assert stitch(validate_spans(body, [spans[1], spans[0], spans[2]])) != body
+    assert stitch(validate_spans(body, [(0, 13), (14, len(raw))])) != body  # a gap
+    assert stitch([]) == ""
 
 
 def test_space_table_matches_str_isspace() -> None:

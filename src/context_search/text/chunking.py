@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from context_search.errors import InvalidRecordError
 
-__all__ = ["MIN_CHUNK_BYTES", "Chunk", "chunk_text", "validate_spans"]
+__all__ = ["MIN_CHUNK_BYTES", "Chunk", "chunk_text", "stitch", "validate_spans"]
 
 # Enough room for several of the longest (4-byte) code points, so a chunk always progresses.
 MIN_CHUNK_BYTES = 16
@@ -279,3 +279,20 @@ def validate_spans(
             Chunk(ordinal=k, start_byte=start, end_byte=end, text=raw[start:end].decode("utf-8"))
         )
     return chunks
+
+
+def stitch(chunks: Sequence[Chunk]) -> str:
+    """The text ``chunks`` hold together, in ordinal order: each chunk's bytes past the
+    furthest end before it (overlaps once, gaps dropped).
+
+    Equal to the body exactly when the chunks cover it, which the default chunker's do
+    unless the body starts or ends with whitespace or a chunk size leaves a gap; a store
+    may then keep the chunks' text as the only copy (``postgres/engine/bodies.py``
+    computes the same in SQL, the same way).
+    """
+    out = bytearray()
+    end = 0
+    for c in sorted(chunks, key=lambda c: c.ordinal):
+        out += c.text.encode("utf-8")[max(end - c.start_byte, 0) :]
+        end = max(end, c.end_byte)
+    return out.decode("utf-8")

@@ -35,6 +35,7 @@ from context_search.errors import (
 )
 from context_search.fusion import ArmPlan, FusionSettings, plan_arms
 from context_search.postgres.connector.caller import CallerConnection, joined
+from context_search.postgres.engine.bodies import body_of
 from context_search.postgres.read.cancel import Cancellation
 from context_search.postgres.read.query_vectors import QueryVectors
 from context_search.postgres.read.rows import SearchRows, context_document, index_state
@@ -61,6 +62,17 @@ T = TypeVar("T")
 
 # Everything a search ranks, with snippets and terms: explain needs the whole candidate list.
 _EXPLAIN_DETAIL = 1_000_000
+
+
+#: One document; the successor's id only for callers who may read the successor.
+_GET_DOCUMENT = text(
+    f"SELECT d.*, {body_of('d')} AS full_body, "  # noqa: S608
+    "(SELECT s.doc_id FROM documents s "
+    "WHERE s.doc_id = d.superseded_by AND s.lifecycle <> 'deleted' "
+    "AND s.permission_scope = ANY(:scopes)) AS visible_successor "
+    "FROM documents d WHERE d.doc_id = :id AND d.lifecycle <> 'deleted' "
+    "AND d.permission_scope = ANY(:scopes)"
+).bindparams(bindparam("scopes", type_=ARRAY(Text)))
 
 
 class ReadSide:
@@ -115,15 +127,7 @@ class ReadSide:
             scopes, "get_document", cancel=cancel, timeout_s=timeout_s
         ) as session:
             row = session.conn.execute(
-                text(
-                    # The successor's id only for callers who may read the successor.
-                    "SELECT d.*, (SELECT s.doc_id FROM documents s "
-                    "WHERE s.doc_id = d.superseded_by AND s.lifecycle <> 'deleted' "
-                    "AND s.permission_scope = ANY(:scopes)) AS visible_successor "
-                    "FROM documents d WHERE d.doc_id = :id AND d.lifecycle <> 'deleted' "
-                    "AND d.permission_scope = ANY(:scopes)"
-                ).bindparams(bindparam("scopes", type_=ARRAY(Text))),
-                {"id": doc_id, "scopes": sorted(scopes)},
+                _GET_DOCUMENT, {"id": doc_id, "scopes": sorted(scopes)}
             ).one_or_none()
         return None if row is None else context_document(row)
 

@@ -124,7 +124,8 @@ class DocumentRow(Base):
     object_type: Mapped[str] = mapped_column(default="")
     title: Mapped[str] = mapped_column(default="")
     summary: Mapped[str] = mapped_column(default="")
-    body: Mapped[str] = mapped_column(default="")
+    # NULL where the chunks hold the body exactly (``engine/bodies.py``).
+    body: Mapped[str | None] = mapped_column(nullable=True, default="")
     chunk_spans: Mapped[list[Any] | None] = mapped_column(JSONB, nullable=True)
     permission_scope: Mapped[str] = mapped_column(String(256))
     review_status: Mapped[str] = mapped_column(default="")

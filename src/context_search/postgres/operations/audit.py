@@ -61,7 +61,13 @@ _CHECKS: dict[str, str] = {
     "indexed_without_chunks": """
         SELECT count(*) FROM documents d
         WHERE d.indexed_content_id IS NOT NULL AND d.lifecycle <> 'deleted'
-          AND (length(d.body) > 0 OR length(d.title) > 0)
+          AND (d.body IS NULL OR length(d.body) > 0 OR length(d.title) > 0)
+          AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.doc_id)""",
+    # A body kept only by its chunks (``engine/bodies.py``) has them: no write may remove
+    # the last copy of a document's text.
+    "body_without_copy": """
+        SELECT count(*) FROM documents d
+        WHERE d.body IS NULL
           AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = d.doc_id)""",
     # Chunks of a document that is not marked indexed (half an index write).
     "chunks_of_unindexed": """

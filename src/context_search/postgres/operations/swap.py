@@ -34,10 +34,10 @@ _DIFF = """
     SELECT COALESCE(l.doc_id, s.doc_id) FROM {live} l FULL JOIN {shadow} s ON s.doc_id = l.doc_id
     WHERE l.doc_id IS NULL OR s.doc_id IS NULL
        OR (l.row_version, l.record_hash, l.content_id, l.lifecycle, l.permission_scope,
-           l.superseded_by, l.modified_at, l.body = s.body)
+           l.superseded_by, l.modified_at, COALESCE(l.body = '', false))
           IS DISTINCT FROM
           (s.row_version, s.record_hash, s.content_id, s.lifecycle, s.permission_scope,
-           s.superseded_by, s.modified_at, true)
+           s.superseded_by, s.modified_at, COALESCE(s.body = '', false))
     ORDER BY 1
 """
 
@@ -79,7 +79,9 @@ def copy_rows(raw: Any, source: tuple[str, str], target: tuple[str, str]) -> Non
 
 def changed_documents(raw: Any, schema: str, shadow: str) -> list[str]:
     """Documents whose live row the sibling schema does not hold as it is now (changed,
-    added or gone since they were copied; a purge blanks the body)."""
+    added or gone since they were copied; a purge blanks the body, which is the one change
+    that moves nothing else; a body either side's chunks hold is ``NULL`` there, never
+    blank: ``engine/bodies.py``)."""
     query = sql.SQL(_DIFF).format(
         live=sql.Identifier(schema, "documents"), shadow=sql.Identifier(shadow, "documents")
     )

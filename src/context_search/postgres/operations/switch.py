@@ -33,6 +33,7 @@ from sqlalchemy.types import Text
 from context_search.contract import index_config_revision
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
+from context_search.postgres.engine.bodies import body_of
 from context_search.postgres.engine.drivers import autocommit_session, driver_of
 from context_search.postgres.engine.errors import translate_errors
 from context_search.postgres.engine.migrations import head_revision, migrate
@@ -355,10 +356,13 @@ def _carry_over(
     with translate_errors("switch configuration"), next_engine.begin() as conn:
         cols = columns(driver_of(conn), build.shadow, "documents")
         reset = {"indexed_content_id", "indexed_config_revision"}
+        # The new schema has no chunks yet: a body the live chunks hold comes with the row.
+        body = sql.SQL(body_of("l", sql.Identifier(build.schema, "chunks").as_string()))
         insert = sql.SQL("INSERT INTO documents ({}) SELECT {} FROM {} l").format(
             sql.SQL(", ").join(map(sql.Identifier, cols)),
             sql.SQL(", ").join(
-                sql.SQL("NULL") if c in reset else sql.Identifier("l", c) for c in cols
+                sql.SQL("NULL") if c in reset else body if c == "body" else sql.Identifier("l", c)
+                for c in cols
             ),
             sql.Identifier(build.schema, "documents"),
         )

@@ -181,13 +181,14 @@ class SearchRows:
 
 def context_document(row: Row[Any]) -> ContextDocument:
     """A documents row; ``visible_successor`` (when selected) replaces ``superseded_by`` so
-    a successor the caller cannot read is not named."""
+    a successor the caller cannot read is not named, and ``full_body`` (the body wherever
+    it is kept: ``engine/bodies.py``) replaces ``body``."""
     m = row._mapping
     return ContextDocument(
         doc_id=m["doc_id"],
         title=m["title"],
         summary=m["summary"],
-        body=m["body"],
+        body=m["full_body"],
         source_type=m["source_type"],
         source_system=m["source_system"],
         source_uri=m["source_uri"],

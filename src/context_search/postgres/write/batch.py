@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.types import Integer, Text
+from sqlalchemy.types import Boolean, Integer, Text
 
 from context_search.contract import Lifecycle, RecordOutcome
 from context_search.embedding import Embedder
+from context_search.postgres.engine.bodies import held_by_chunks
 from context_search.postgres.engine.vectors import halfvec_literal
 from context_search.postgres.settings import IndexSettings
 from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks
@@ -101,17 +102,29 @@ _UPSERT_DOCS_DEFERRED = text(
     + ", superseded_by = NULL, row_version = documents.row_version + 1, modified_at = now()"
 ).bindparams(bindparam("rows", type_=Text))
 
-#: Only rows it changes: an upsert's document rows already say so, and an UPDATE that
-#: changes nothing still writes a new row version (a fresh load's rows were written twice,
-#: half the table's pages left free).
+#: What the new chunks were cut from, and where the body is kept now (``engine/bodies.py``):
+#: ``held`` true drops the row's copy, false keeps it (``body`` restores it when the row had
+#: none), NULL leaves it as the caller wrote it. Only rows it changes: an upsert's document
+#: rows already say so, and an UPDATE that changes nothing still writes a new row version (a
+#: fresh load's rows were written twice, half the table's pages left free).
 _SET_INDEXED = text(
-    "UPDATE documents SET indexed_content_id = u.content_id, indexed_config_revision = :revision "
-    "FROM unnest(:ids, :content_ids) AS u(doc_id, content_id) WHERE documents.doc_id = u.doc_id "
-    "AND (documents.indexed_content_id, documents.indexed_config_revision) "
-    "IS DISTINCT FROM (u.content_id, :revision)"
+    """
+    UPDATE documents
+    SET indexed_content_id = u.content_id, indexed_config_revision = :revision,
+        body = CASE WHEN u.held IS NULL THEN documents.body
+                    WHEN u.held THEN NULL
+                    ELSE COALESCE(documents.body, u.body) END
+    FROM unnest(:ids, :content_ids, :held, :bodies) AS u(doc_id, content_id, held, body)
+    WHERE documents.doc_id = u.doc_id
+      AND ((documents.indexed_content_id, documents.indexed_config_revision)
+               IS DISTINCT FROM (u.content_id, :revision)
+           OR (documents.body IS NULL) <> u.held)
+    """
 ).bindparams(
     bindparam("ids", type_=ARRAY(Text)),
     bindparam("content_ids", type_=ARRAY(Text)),
+    bindparam("held", type_=ARRAY(Boolean)),
+    bindparam("bodies", type_=ARRAY(Text)),
     bindparam("revision", type_=Integer),
 )
 
@@ -239,6 +252,9 @@ class ChunkSource:
     lifecycle: str
     chunks: list[Chunk]
     index_texts: list[str]
+    #: The (masked) body the chunks were cut from, when the documents row was not written
+    #: with them (an index job, a switch); ``None`` when it was, body decided already.
+    body: str | None = None
 
 
 def write_batch(
@@ -305,8 +321,13 @@ def write_batch(
         changed.append(p)
     if not changed:
         return outcomes, 0, 0, plan
+    # Indexed now, a body its chunks hold is kept by them alone; a deferred one is kept in
+    # the row until its index job writes the chunks.
     rows = json.dumps(
-        [{**p.row, "record_hash": p.hash} for p in changed],
+        [
+            {**p.row, "record_hash": p.hash, **({"body": None} if p.held and not deferred else {})}
+            for p in changed
+        ],
         default=_json_default,
         ensure_ascii=False,
     )
@@ -406,9 +427,17 @@ def replace_chunks(
     else:
         i = _insert_chunks(conn, sources, vectors, settings)
     conn.execute(STATS_DELTA, {"ids": ids, "sign": 1})
+    held = [None if s.body is None else held_by_chunks(s.body, s.chunks) for s in sources]
     conn.execute(
         _SET_INDEXED,
-        {"ids": ids, "content_ids": [s.content_id for s in sources], "revision": settings.revision},
+        {
+            "ids": ids,
+            "content_ids": [s.content_id for s in sources],
+            "held": held,
+            # The text only where the row may have lost it: chunks that no longer hold it.
+            "bodies": [s.body if h is False else None for s, h in zip(sources, held, strict=True)],
+            "revision": settings.revision,
+        },
     )
     conn.execute(_SETTLE_INDEX_JOBS, {"ids": ids})
     return i

@@ -33,6 +33,7 @@ from context_search import telemetry
 from context_search.contract import ReindexReport
 from context_search.embedding import Embedder
 from context_search.errors import RetrieverUnconfiguredError
+from context_search.postgres.engine.bodies import body_of
 from context_search.postgres.engine.errors import translate_errors, write_attempts
 from context_search.postgres.indexes import builds
 from context_search.postgres.indexes.blocks import merge_after_write
@@ -103,15 +104,18 @@ _FAIL = text(
     """
 )
 
-_LOCK_DOCS = lock_documents(
-    "doc_id, content_id, record_hash, lifecycle, permission_scope, title, summary, body, "
-    "chunk_spans, field_mask, pii_flags, indexed_content_id, indexed_config_revision"
+#: What an index job rebuilds a document from; the body wherever it is kept (its chunks
+#: hold it when the row does not: ``engine/bodies.py``).
+_DOC_FIELDS = (
+    "doc_id, content_id, record_hash, lifecycle, permission_scope, title, summary, "
+    f"{body_of()} AS body, chunk_spans, field_mask, pii_flags, indexed_content_id, "
+    "indexed_config_revision"
 )
 
+_LOCK_DOCS = lock_documents(_DOC_FIELDS)
+
 _READ_DOCS = text(
-    "SELECT doc_id, content_id, record_hash, lifecycle, permission_scope, title, summary, body, "
-    "chunk_spans, field_mask, pii_flags, indexed_content_id, indexed_config_revision "
-    "FROM documents WHERE doc_id = ANY(:ids)"
+    f"SELECT {_DOC_FIELDS} FROM documents WHERE doc_id = ANY(:ids)"  # noqa: S608
 ).bindparams(bindparam("ids", type_=ARRAY(Text)))
 
 
@@ -332,6 +336,7 @@ class JobWorker:
                 lifecycle=r.lifecycle,
                 chunks=parts.chunks,
                 index_texts=[segment_for_index(t) for t in parts.texts],
+                body=r.body,
             )
         return out
 
@@ -398,6 +403,7 @@ class JobWorker:
                 lifecycle=current[s.doc_id].lifecycle,
                 chunks=s.chunks,
                 index_texts=s.index_texts,
+                body=s.body,
             )
             for s, _ in ready
         ]

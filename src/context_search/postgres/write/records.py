@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from context_search.contract import ContextDocumentRecord
+from context_search.postgres.engine.bodies import held_by_chunks
 from context_search.postgres.settings import IndexSettings
 from context_search.text import Chunk, segment_for_index
 from context_search.text.indexing import searchable_chunks
@@ -46,6 +47,8 @@ class PreparedRecord:
     row: dict[str, Any]
     chunks: list[Chunk]
     index_texts: list[str]
+    #: The chunks hold the (masked) body exactly: once they are written, the row need not.
+    held: bool
 
 
 def prepare(record: ContextDocumentRecord, index: int, settings: IndexSettings) -> PreparedRecord:
@@ -99,4 +102,5 @@ def prepare(record: ContextDocumentRecord, index: int, settings: IndexSettings) 
         row=row,
         chunks=chunks,
         index_texts=[segment_for_index(t) for t in texts],
+        held=held_by_chunks(body, chunks),
     )
