@@ -85,7 +85,9 @@ def test_stitched_chunks_are_the_body_exactly_when_they_cover_every_byte(
         covered[c.start_byte : c.end_byte] = b"\x01" * (c.end_byte - c.start_byte)
     assert (stitch(chunks) == body) == all(covered)
     # Always the covered bytes in order, each once.
-    assert stitch(chunks).encode("utf-8") == bytes(b for b, k in zip(raw, covered) if k)
+    assert stitch(chunks).encode("utf-8") == bytes(
+        b for b, k in zip(raw, covered, strict=True) if k
+    )
 
 
 def test_stitching_caller_spans_follows_ordinals_and_overlaps() -> None:
