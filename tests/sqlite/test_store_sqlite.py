@@ -19,9 +19,10 @@ from context_search.errors import (
 from context_search.sqlite import SQLiteSearchConnector
 from context_search.sqlite import connector as connector_module
 from context_search.sqlite.driver import Driver, _cosine_distance, load_driver
+from context_search.sqlite.ranking import SEARCH_STATEMENTS
 from context_search.sqlite.reads import READ_STATEMENTS, VIEWS, scoped
 from context_search.sqlite.schema import SCHEMA_VERSION
-from context_search.sqlite.search_sql import SEARCH_SQL
+from context_search.sqlite.snapshot import LOAD_STATEMENTS
 
 pytestmark = pytest.mark.unit
 
@@ -57,7 +58,7 @@ def _raw(path: str) -> object:
 _BASE = re.compile(r"(?<![\w.])(documents|chunks|index_jobs)\b")
 
 
-@pytest.mark.parametrize("statement", [*READ_STATEMENTS, *SEARCH_SQL])
+@pytest.mark.parametrize("statement", [*READ_STATEMENTS, *SEARCH_STATEMENTS, *LOAD_STATEMENTS])
 def test_read_statements_name_no_base_table(statement: str) -> None:
     assert _BASE.findall(statement) == []
 

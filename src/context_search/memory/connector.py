@@ -38,6 +38,7 @@ from context_search.responses import (
     assemble_response,
     hit_from_document,
 )
+from context_search.text.stemming import DEFAULT_CONFIG, index_terms
 from context_search.validation import (
     OnStale,
     ValidQuery,
@@ -69,6 +70,7 @@ class InMemorySearchConnector(MemoryWrites):
         pool_size: int = 100,
         chunk_bytes: int = 1200,
         chunk_overlap: int = 200,
+        text_search_config: str = DEFAULT_CONFIG,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._embedder = embedder or HashingEmbedder()
@@ -77,6 +79,8 @@ class InMemorySearchConnector(MemoryWrites):
         )
         self._chunk_bytes = chunk_bytes
         self._chunk_overlap = chunk_overlap
+        index_terms("", config=text_search_config)  # an unknown name fails here, not later
+        self._text_search_config = text_search_config
         self._clock = clock or (lambda: datetime.now(UTC))
         self._docs: dict[str, Stored] = {}
         self._gaps: dict[str, tuple[datetime, int]] = {}
@@ -86,7 +90,7 @@ class InMemorySearchConnector(MemoryWrites):
             dimension=self._embedder.dimension,
             chunk_bytes=chunk_bytes,
             chunk_overlap=chunk_overlap,
-            text_search_config="memory-unicode",
+            text_search_config=f"memory-unicode-{text_search_config}",
         )
         self._pending: dict[str, tuple[int, datetime]] = {}
         self._failed: dict[str, str] = {}
@@ -160,7 +164,14 @@ class InMemorySearchConnector(MemoryWrites):
             trace.stage("rank")
             readable = self._readable(vq.scopes)
             plan = self._plan(vq)
-            ranking = rank(list(readable.values()), vq, self._embedder, self._fusion, plan)
+            ranking = rank(
+                list(readable.values()),
+                vq,
+                self._embedder,
+                self._fusion,
+                plan,
+                self._text_search_config,
+            )
             trace.stage("assembly")
             response = assemble_response(
                 vq,
@@ -239,7 +250,14 @@ class InMemorySearchConnector(MemoryWrites):
             return assemble_explanation(
                 doc_id,
                 vq,
-                rank(list(readable.values()), vq, self._embedder, self._fusion, plan),
+                rank(
+                    list(readable.values()),
+                    vq,
+                    self._embedder,
+                    self._fusion,
+                    plan,
+                    self._text_search_config,
+                ),
                 lifecycle=stored.lifecycle,
                 filter_verdicts=[(c.field, record_matches(stored.record, [c])) for c in vq.filters],
                 method=self._fusion.method,

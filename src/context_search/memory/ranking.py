@@ -22,7 +22,8 @@ from context_search.contract import ContextDocumentRecord, Lifecycle, ScoreParts
 from context_search.embedding import Embedder
 from context_search.fusion import ArmPlan, FusionSettings
 from context_search.responses import Candidate, Ranking
-from context_search.text import Chunk, parse_query, tokenize
+from context_search.text import Chunk, parse_query
+from context_search.text.stemming import index_terms
 from context_search.validation import ValidQuery, record_matches
 
 __all__ = ["Stored", "rank"]
@@ -74,10 +75,11 @@ def rank(
     embedder: Embedder,
     fusion: FusionSettings,
     plan: ArmPlan,
+    text_search_config: str,
 ) -> Ranking:
     """Fused candidates among ``visible`` (the caller's live documents) for ``vq``; the
     vector arm runs only when ``plan`` gives it weight."""
-    lexical = _bm25(visible, _LexicalQuery.parse(vq.text))
+    lexical = _bm25(visible, _LexicalQuery.parse(vq.text, text_search_config))
     eligible: list[Stored] = []
     lifecycle_filtered = filter_filtered = 0
     targets = None if vq.targets is None else frozenset(vq.targets)
@@ -148,11 +150,11 @@ class _LexicalQuery:
     negated: tuple[tuple[str, ...], ...]
 
     @classmethod
-    def parse(cls, text: str) -> _LexicalQuery:
+    def parse(cls, text: str, config: str) -> _LexicalQuery:
         parsed = parse_query(text)
 
         def seq(part: str) -> tuple[str, ...]:
-            return tuple(tokenize(part, for_query=True))
+            return tuple(index_terms(part, for_query=True, config=config))
 
         return cls(
             terms=seq(parsed.positive_text),

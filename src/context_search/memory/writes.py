@@ -26,8 +26,9 @@ from context_search.contract import (
 from context_search.embedding import Embedder
 from context_search.errors import NotFoundError
 from context_search.memory.ranking import Stored
-from context_search.text import Chunk, tokenize
+from context_search.text import Chunk
 from context_search.text.indexing import searchable_chunks
+from context_search.text.stemming import index_terms
 from context_search.validation import (
     StoredState,
     plan_overwrites,
@@ -48,6 +49,7 @@ class MemoryWrites:
     _embedder: Embedder
     _chunk_bytes: int
     _chunk_overlap: int
+    _text_search_config: str
     _clock: Callable[[], datetime]
     _docs: dict[str, Stored]
     _lock: threading.RLock
@@ -184,14 +186,14 @@ class MemoryWrites:
     def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         return self._embedder.embed_documents(texts) if texts else self._no_vectors()
 
-    @staticmethod
     def _indexed(
+        self,
         rec: ContextDocumentRecord,
         chunks: list[Chunk],
         texts: list[str],
         vectors: npt.NDArray[np.float32],
     ) -> Stored:
-        token_lists = [tuple(tokenize(t)) for t in texts]
+        token_lists = [tuple(index_terms(t, config=self._text_search_config)) for t in texts]
         return Stored(
             record=rec,
             lifecycle=rec.lifecycle,

@@ -2,7 +2,9 @@
 as hex, vectors as float32 blobs.
 
 Index tokens come from the shared tokenizer (:func:`context_search.text.tokenize`, CJK as
-bigrams plus unigrams), the same one the in-memory connector scores with. FTS5 then only
+bigrams plus unigrams) through the configuration's stop words and stemmer
+(:func:`context_search.text.stemming.index_terms`), the terms the in-memory connector scores
+with. FTS5 then only
 has to split on spaces: hex-encoding each token's UTF-8 makes it pure ``[0-9a-f]``, which
 FTS5's ``ascii`` tokenizer keeps whole and never case-folds, strips of diacritics or splits
 at an underscore, so FTS5's postings hold exactly our tokens, in order (phrases keep their
@@ -20,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from context_search.contract import ContextDocumentRecord, Lifecycle
-from context_search.text import parse_query, tokenize
+from context_search.text import parse_query
+from context_search.text.stemming import index_terms
 
 __all__ = [
     "LexicalPlan",
@@ -89,11 +92,11 @@ class LexicalPlan:
         self.match = match
 
 
-def lexical_plan(text: str) -> LexicalPlan:
+def lexical_plan(text: str, config: str) -> LexicalPlan:
     parsed = parse_query(text)
 
     def seq(part: str) -> tuple[str, ...]:
-        return tuple(tokenize(part, for_query=True))
+        return tuple(index_terms(part, for_query=True, config=config))
 
     terms = tuple(dict.fromkeys(seq(parsed.positive_text)))
     phrases = [p for p in map(seq, parsed.phrases) if p]

@@ -1,8 +1,9 @@
 """The built-in SQLite connector: one file, no server, every contract rule.
 
-Lexical search runs on FTS5, vector search on sqlite-vec (exact cosine), fusion in one SQL
-statement (``search_sql.py``); results go through the shared response assembly, so rank
-logs, freshness and explain notes mean what they mean on every backend.
+Lexical search runs on FTS5's postings, vector search on exact cosine, both over each
+scope's arrays held in memory and checked against the file on every read (``snapshot.py``,
+``ranking.py``); results go through the shared response assembly, so rank logs, freshness
+and explain notes mean what they mean on every backend.
 
 Permissions: SQLite has no row-level security, so every read goes through
 :func:`~context_search.sqlite.reads.scoped`, the one place that sets the caller's scopes,
@@ -19,7 +20,6 @@ its own connection. A lock held longer than ``busy_timeout_ms`` raises
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -59,16 +59,16 @@ from context_search.sqlite.codec import (
     lexical_plan,
     record_from_json,
     record_to_json,
-    vector_blob,
 )
 from context_search.sqlite.driver import Driver, load_driver, translate_errors
 from context_search.sqlite.jobs import Worker, queue_all
+from context_search.sqlite.ranking import rank
 from context_search.sqlite.reads import VIEWS, Reader, StoredHit, scoped
 from context_search.sqlite.schema import migrate
-from context_search.sqlite.search_sql import run_search
+from context_search.sqlite.snapshot import Snapshots
 from context_search.text.indexing import searchable_chunks
+from context_search.text.stemming import DEFAULT_CONFIG, index_terms
 from context_search.validation import (
-    FilterClause,
     ValidQuery,
     record_matches,
     validate_doc_id,
@@ -82,8 +82,9 @@ from context_search.validation import (
 
 __all__ = ["SQLiteSearchConnector"]
 
-#: Names the lexical analysis in the index configuration revision.
-TEXT_SEARCH_CONFIG = "sqlite-fts5-hex-tokens-v1"
+#: Names the lexical analysis in the index configuration revision (with the stemming
+#: configuration's name: a file indexed under another one must be re-indexed to change).
+TEXT_SEARCH_CONFIG = "sqlite-fts5-hex-tokens-v2"
 
 
 class SQLiteSearchConnector:
@@ -104,6 +105,7 @@ class SQLiteSearchConnector:
         pool_size: int = 100,
         chunk_bytes: int = 1200,
         chunk_overlap: int = 200,
+        text_search_config: str = DEFAULT_CONFIG,
         busy_timeout_ms: int = 5000,
         reconfigure: bool = False,
         clock: Callable[[], datetime] | None = None,
@@ -115,6 +117,8 @@ class SQLiteSearchConnector:
         )
         self._chunk_bytes = chunk_bytes
         self._chunk_overlap = chunk_overlap
+        index_terms("", config=text_search_config)  # an unknown name fails here, not later
+        self._text_search_config = text_search_config
         self._busy_timeout_ms = busy_timeout_ms
         self._clock = clock or (lambda: datetime.now(UTC))
         self._driver: Driver = load_driver()
@@ -123,9 +127,9 @@ class SQLiteSearchConnector:
             dimension=self._embedder.dimension,
             chunk_bytes=chunk_bytes,
             chunk_overlap=chunk_overlap,
-            text_search_config=TEXT_SEARCH_CONFIG,
+            text_search_config=f"{TEXT_SEARCH_CONFIG}-{text_search_config}",
         )
-        self._filters: dict[str, tuple[FilterClause, ...]] = {}
+        self._snapshots = Snapshots(self._embedder.dimension)
         self._local = threading.local()
         self._all: list[Any] = []
         self._registry_lock = threading.Lock()
@@ -172,7 +176,7 @@ class SQLiteSearchConnector:
         conn = self._driver.connect(
             self._path,
             busy_timeout_ms=self._busy_timeout_ms,
-            functions={"cs_filter": self._filter_matches},
+            functions={},
         )
         with translate_errors(self._driver):
             for statement in VIEWS:
@@ -194,12 +198,6 @@ class SQLiteSearchConnector:
             elif conn is None:
                 conn = self._local.conn = self._connect()
             yield conn
-
-    def _filter_matches(self, record_json: str, key: str | None) -> int:
-        # SQLite need not short-circuit ``:filter IS NULL OR cs_filter(...)``.
-        if key is None:
-            return 1
-        return int(record_matches(record_from_json(record_json), self._filters[key]))
 
     def _check_config(self, conn: Any, *, reconfigure: bool) -> None:
         """The file's configuration must be this connector's (``RETRIEVER_UNCONFIGURED``
@@ -224,6 +222,7 @@ class SQLiteSearchConnector:
                     ("dimension", str(self._embedder.dimension)),
                     ("chunk_bytes", str(self._chunk_bytes)),
                     ("chunk_overlap", str(self._chunk_overlap)),
+                    ("text_search_config", self._text_search_config),
                 ],
             )
             if revision is not None and revision != self._config:
@@ -320,7 +319,9 @@ class SQLiteSearchConnector:
         offset = 0
         for doc_id, parts in todo:
             n = len(parts.texts)
-            out[doc_id] = writes.IndexEntries(parts, vectors[offset : offset + n])
+            out[doc_id] = writes.IndexEntries(
+                parts, vectors[offset : offset + n], self._text_search_config
+            )
             offset += n
         return out
 
@@ -345,7 +346,13 @@ class SQLiteSearchConnector:
         the job ``failed`` after three attempts."""
         with self._session() as conn:
             worker = Worker(
-                conn, self._config, self._chunk_bytes, self._chunk_overlap, self._embed, self._clock
+                conn,
+                self._config,
+                self._text_search_config,
+                self._chunk_bytes,
+                self._chunk_overlap,
+                self._embed,
+                self._clock,
             )
             return worker.run(max_jobs)
 
@@ -380,26 +387,23 @@ class SQLiteSearchConnector:
         return plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
 
     def _rank(self, reader: Reader, vq: ValidQuery, plan: ArmPlan) -> Ranking:
-        qvec = vector_blob(self._embedder.embed_query(vq.text)) if plan.vector_used else None
-        key = None
-        if vq.filters:
-            key = uuid.uuid4().hex
-            self._filters[key] = vq.filters
-        try:
-            return run_search(
-                reader,
-                lexical_plan(vq.text),
-                query_vector=qvec,
-                fusion=self._fusion,
-                vector_weight=plan.vector_weight,
-                include_superseded=vq.include_superseded,
-                targets=vq.targets,
-                filter_key=key,
-                min_similarity=vq.min_similarity,
-            )
-        finally:
-            if key is not None:
-                self._filters.pop(key, None)
+        qvec = (
+            np.asarray(self._embedder.embed_query(vq.text), dtype=np.float32)
+            if plan.vector_used
+            else None
+        )
+        return rank(
+            reader,
+            self._snapshots.for_reader(reader),
+            lexical_plan(vq.text, self._text_search_config),
+            query_vector=qvec,
+            fusion=self._fusion,
+            vector_weight=plan.vector_weight,
+            include_superseded=vq.include_superseded,
+            targets=vq.targets,
+            filters=vq.filters,
+            min_similarity=vq.min_similarity,
+        )
 
     def search(self, query: SearchQuery) -> SearchResponse:
         vq = validate_query(query)

@@ -30,6 +30,7 @@ RECLAIM_SECONDS = 600
 class Worker:
     conn: Any
     config: str
+    text_search_config: str
     chunk_bytes: int
     chunk_overlap: int
     embed: Callable[[list[str]], Any]
@@ -111,7 +112,7 @@ class Worker:
                 return 1  # the document went away: nothing left to index
             if row[0] != text or row[2] != "running":
                 return 0  # changed meanwhile: the job waits for the newer version
-            write_entries(self.conn, doc_id, IndexEntries(parts, vectors))
+            write_entries(self.conn, doc_id, IndexEntries(parts, vectors, self.text_search_config))
             masks = sorted(record_from_json(text).masked_fields)
             self.conn.execute(
                 """UPDATE documents SET indexed_content_id = ?, indexed_config = ?,

@@ -37,12 +37,15 @@ VIEWS = (
     """CREATE TEMP VIEW IF NOT EXISTS visible_documents AS
         SELECT d.* FROM main.documents AS d
         WHERE d.lifecycle <> 'deleted' AND d.scope IN (SELECT scope FROM temp.caller_scopes)""",
+    # Correlated: each row looks its document up by key. ``IN (SELECT doc_id FROM
+    # visible_documents)`` listed every visible document first, ~11 ms over SciFact's 5,183
+    # for a statement reading ten chunks or an empty job queue.
     """CREATE TEMP VIEW IF NOT EXISTS visible_chunks AS
         SELECT c.* FROM main.chunks AS c
-        WHERE c.doc_id IN (SELECT doc_id FROM visible_documents)""",
+        WHERE EXISTS (SELECT 1 FROM visible_documents AS v WHERE v.doc_id = c.doc_id)""",
     """CREATE TEMP VIEW IF NOT EXISTS visible_jobs AS
         SELECT j.* FROM main.index_jobs AS j
-        WHERE j.doc_id IN (SELECT doc_id FROM visible_documents)""",
+        WHERE EXISTS (SELECT 1 FROM visible_documents AS v WHERE v.doc_id = j.doc_id)""",
 )
 
 _DOCUMENT = """

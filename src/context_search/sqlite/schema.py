@@ -34,6 +34,27 @@ from context_search.errors import InvalidConfigError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
+
+#: Add one to the generation of the scope ``{scope}`` names (an SQL expression; nothing when
+#: it is NULL: a chunk whose document is already gone, whose delete bumped the scope itself).
+_BUMP = (
+    "INSERT INTO meta (key, value) SELECT 'generation:' || s.scope, '1' "
+    "FROM (SELECT {scope} AS scope) AS s WHERE s.scope IS NOT NULL "
+    "ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT);"
+)
+_CHUNK_SCOPE = "(SELECT d.scope FROM documents AS d WHERE d.doc_id = {row}.doc_id)"
+
+
+def _generation_trigger(table: str, event: str, row: str) -> str:
+    scope = f"{row}.scope" if table == "documents" else _CHUNK_SCOPE.format(row=row)
+    name = f"generation_{table}_{event.lower()}_{row}"
+    return (
+        f"CREATE TRIGGER {name} AFTER {event} ON {table} BEGIN "
+        + _BUMP.format(scope=scope)
+        + " END"
+    )
+
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT""",
@@ -82,6 +103,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             first_at TEXT NOT NULL,
             occurrences INTEGER NOT NULL
         ) STRICT""",
+    ),
+    # 2: a generation per scope, bumped in the writing transaction by every change to a
+    # document of the scope or to its chunks, so a reader knows whether the scope's copy in
+    # memory (``snapshot.py``) is the one its own snapshot of the file holds.
+    tuple(
+        _generation_trigger(table, event, row)
+        for table, event, row in (
+            ("documents", "INSERT", "new"),
+            ("documents", "UPDATE", "new"),
+            ("documents", "UPDATE", "old"),
+            ("documents", "DELETE", "old"),
+            ("chunks", "INSERT", "new"),
+            ("chunks", "UPDATE", "new"),
+            ("chunks", "DELETE", "old"),
+        )
     ),
 )
 

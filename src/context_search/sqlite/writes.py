@@ -17,8 +17,9 @@ import numpy.typing as npt
 from context_search.contract import ContextDocumentRecord, Lifecycle, RecordOutcome
 from context_search.errors import NotFoundError
 from context_search.sqlite.codec import encode_tokens, record_from_json, record_to_json, vector_blob
-from context_search.text import Chunk, tokenize
+from context_search.text import Chunk
 from context_search.text.indexing import SearchableChunks
+from context_search.text.stemming import index_terms
 from context_search.validation import OverwritePlan, StoredState, plan_overwrites
 
 __all__ = [
@@ -104,6 +105,8 @@ class IndexEntries:
 
     parts: SearchableChunks
     vectors: npt.NDArray[np.float32]
+    #: How the chunk texts become index terms (``text/stemming.py``).
+    text_search_config: str
 
 
 def write_entries(conn: Any, doc_id: str, entries: IndexEntries) -> int:
@@ -111,7 +114,7 @@ def write_entries(conn: Any, doc_id: str, entries: IndexEntries) -> int:
     conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
     chunks: list[Chunk] = entries.parts.chunks
     for chunk, text, vector in zip(chunks, entries.parts.texts, entries.vectors, strict=True):
-        tokens = tokenize(text)
+        tokens = index_terms(text, config=entries.text_search_config)
         cur = conn.execute(
             """INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, snippet, length,
                                    embedding) VALUES (?, ?, ?, ?, ?, ?, ?)""",
