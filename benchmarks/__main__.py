@@ -8,7 +8,8 @@ vs sync connector), plots, all;
 ``partitions`` (one global HNSW vs a table partitioned by scope, 1M chunks; not in ``all``);
 ``switch`` (a live model switch of 100k chunks while a client searches and one writes; not
 in ``all``); ``footprint`` (bytes per chunk, buffers per search, build and streaming rate,
-ours beside the peer; not in ``all``).
+ours beside the peer; not in ``all``); ``sqlite_scale`` (the SQLite connector beside the
+PostgreSQL connector at ``--sizes``: ingest, search with 1 and 8 readers; not in ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
 """
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             "partitions",
             "switch",
             "footprint",
+            "sqlite_scale",
         ),
     )
     parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
@@ -128,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                 kwargs["sizes"] = sizes
                 if args.tiny:
                     kwargs["per_client"] = 5
+            if suite == "sqlite_scale":
+                kwargs["sizes"] = (300,) if args.tiny else sizes
+                if args.tiny:
+                    kwargs["per_client"] = 3
             if suite == "footprint":
                 kwargs["sizes"] = (
                     (300,) if args.tiny else tuple(int(s) for s in args.footprint_sizes.split(","))

@@ -77,3 +77,16 @@ def test_the_footprint_suite_weighs_both_sides(context_search_dsn: str, tmp_path
         p.startswith("index ") for p in level["peer"]["bytes"]["tables"]["bench_peer_footprint"]
     )
     assert "<!-- bench:footprint -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+
+
+def test_the_sqlite_suite_runs_both_connectors_on_one_corpus(
+    context_search_dsn: str, tmp_path: Path
+) -> None:
+    argv = ["sqlite_scale", "--tiny", "--dsn", context_search_dsn, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    level = json.loads((tmp_path / "sqlite_scale.json").read_text(encoding="utf-8"))["levels"][0]
+    assert level["chunks"] >= 300 and level["sqlite_file_bytes"] > 0
+    for side in ("sqlite", "postgres"):
+        assert level[f"{side}_ingest_chunks_per_s"] > 0
+        assert level[side]["1"]["n"] == 3 and level[side]["8"]["n"] == 24
+    assert "<!-- bench:sqlite_scale -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")

@@ -1,10 +1,9 @@
 """What the SQLite connector adds beyond the conformance suite: structural scoping,
-migrations, configuration changes, the job queue, index hygiene and the vector engines."""
+migrations, configuration changes, the job queue, index hygiene and the vector arm."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +16,7 @@ from context_search.errors import (
     RevisionMismatchError,
 )
 from context_search.sqlite import SQLiteSearchConnector
-from context_search.sqlite import connector as connector_module
-from context_search.sqlite.driver import Driver, _cosine_distance, load_driver
+from context_search.sqlite.driver import load_driver
 from context_search.sqlite.ranking import SEARCH_STATEMENTS
 from context_search.sqlite.reads import READ_STATEMENTS, VIEWS, scoped
 from context_search.sqlite.schema import SCHEMA_VERSION
@@ -201,35 +199,19 @@ def test_upsert_with_a_failing_embedder_writes_nothing(sqlite_path: str) -> None
         assert c.get_document("t1", [TEAM]) is None
 
 
-# -- vector engines -----------------------------------------------------------------------
+# -- the vector arm ------------------------------------------------------------------------
 
 
-def test_numpy_stand_in_computes_sqlite_vecs_cosine_distance() -> None:
-    rng = np.random.default_rng(7)
-    a, b = rng.standard_normal((2, 384)).astype(np.float32)
-    conn = load_driver().connect(":memory:", busy_timeout_ms=100, functions={})
-    native = conn.execute(
-        "SELECT vec_distance_cosine(?, ?)", (a.tobytes(), b.tobytes())
-    ).fetchone()[0]
-    assert _cosine_distance(a.tobytes(), b.tobytes()) == pytest.approx(native, abs=1e-6)
-
-
-def test_search_answers_alike_on_either_vector_engine(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert load_driver().vector_engine.startswith("sqlite-vec")
-    query = SearchQuery(query="aurora restarts", allowed_scopes=[TEAM, VAULT])
-    with SQLiteSearchConnector.open(str(tmp_path / "vec.db"), embedder=HashingEmbedder()) as native:
-        native.upsert(DOCS)
-        expected = native.search(query)
-    stand_in = Driver(load_driver().module, "numpy")
-    monkeypatch.setattr(connector_module, "load_driver", lambda: stand_in)
-    with SQLiteSearchConnector.open(str(tmp_path / "numpy.db"), embedder=HashingEmbedder()) as c:
-        assert c.vector_engine == "numpy"
+def test_vector_similarity_is_the_exact_cosine_of_the_stored_vectors(sqlite_path: str) -> None:
+    """The arm's similarity is cos(query, chunk) of the embedder's own vectors, whatever the
+    arrays' normalisation: recomputed here from the embedder."""
+    embedder = HashingEmbedder()
+    with SQLiteSearchConnector.open(sqlite_path, embedder=embedder) as c:
         c.upsert(DOCS)
-        got = c.search(query)
-    assert [h.doc_id for h in got.hits] == [h.doc_id for h in expected.hits]
-    for mine, theirs in zip(got.hits, expected.hits, strict=True):
-        assert mine.score_parts.vector_similarity == pytest.approx(
-            theirs.score_parts.vector_similarity, abs=1e-6
-        )
+        got = c.search(SearchQuery(query="aurora restarts", allowed_scopes=[TEAM, VAULT]))
+    q = embedder.embed_query("aurora restarts")
+    texts = {d.document_id: d.body for d in DOCS}
+    for hit in got.hits:
+        v = embedder.embed_documents([texts[hit.doc_id]])[0]
+        exact = float(q @ v / (np.linalg.norm(q) * np.linalg.norm(v)))
+        assert hit.score_parts.vector_similarity == pytest.approx(exact, abs=1e-6)

@@ -1,4 +1,4 @@
-"""The built-in SQLite connector: FTS5 + sqlite-vec in one file, no server.
+"""The built-in SQLite connector: FTS5 and exact cosine over one file, no server.
 
 ``SQLiteSearchConnector.open(path | ":memory:", embedder=...)``; see
 :mod:`context_search.sqlite.connector` for permissions and concurrency, and

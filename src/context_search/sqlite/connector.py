@@ -152,11 +152,6 @@ class SQLiteSearchConnector:
     def config_revision(self) -> str:
         return self._config
 
-    @property
-    def vector_engine(self) -> str:
-        """``sqlite-vec <version>``, or ``numpy`` where the extension cannot be loaded."""
-        return self._driver.vector_engine
-
     def __enter__(self) -> SQLiteSearchConnector:
         return self
 

@@ -1,16 +1,13 @@
-"""Opening SQLite: which driver, the per-connection settings, vectors, and error translation.
+"""Opening SQLite: which driver, the per-connection settings, and error translation.
 
-Python's own ``sqlite3`` is used when it can load extensions; many builds (pyenv's default
-among them) cannot, so ``pysqlite3`` (the ``sqlite`` extra installs its wheel on Linux
-x86-64) is the second choice: the same DB-API with a current SQLite. ``sqlite-vec`` then
-provides ``vec_distance_cosine`` in C. Where neither can load it, the same function name is
-registered in Python over numpy (exact, slower), so the search statement is one text on
-every install and :attr:`Driver.vector_engine` says which one answered.
+Python's own ``sqlite3`` is used when its SQLite has FTS5, else ``pysqlite3`` (the
+``sqlite`` extra installs its wheel on Linux x86-64): the same DB-API with a current SQLite.
+Vectors need no extension: the vector arm is a matrix product over arrays held in memory
+(``snapshot.py``, ``ranking.py``).
 
 Every connection gets WAL (one writer, readers never blocked by it), ``busy_timeout`` (a
-bounded wait for the write lock or a checkpoint), foreign keys, and the Python functions
-the statements call (``cs_filter``). A lock still held when the wait ends is
-:class:`DatabaseLockedError`, never an empty answer.
+bounded wait for the write lock or a checkpoint) and foreign keys. A lock still held when
+the wait ends is :class:`DatabaseLockedError`, never an empty answer.
 """
 
 from __future__ import annotations
@@ -21,8 +18,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
-
-import numpy as np
 
 from context_search.errors import BackendError, BackendUnavailableError
 
@@ -38,7 +33,6 @@ class DatabaseLockedError(BackendUnavailableError):
 @dataclass(frozen=True, slots=True)
 class Driver:
     module: ModuleType  # a DB-API 2 sqlite3 module
-    vector_engine: str  # "sqlite-vec <version>" or "numpy"
 
     @property
     def error(self) -> type[Exception]:
@@ -60,48 +54,9 @@ class Driver:
             if path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
-            if self.vector_engine == "numpy":
-                conn.create_function("vec_distance_cosine", 2, _cosine_distance, deterministic=True)
-            else:
-                _load_vec(conn)
             for name, func in functions.items():
                 conn.create_function(name, -1, func, deterministic=True)
         return conn
-
-
-def _cosine_distance(a: bytes | None, b: bytes | None) -> float | None:
-    if a is None or b is None:
-        return None
-    x = np.frombuffer(a, dtype=np.float32)
-    y = np.frombuffer(b, dtype=np.float32)
-    norm = float(np.linalg.norm(x) * np.linalg.norm(y))
-    return 1.0 - float(x @ y) / norm if norm else 1.0
-
-
-def _load_vec(conn: Any) -> None:
-    import sqlite_vec  # type: ignore[import-untyped]
-
-    conn.enable_load_extension(True)
-    try:
-        sqlite_vec.load(conn)
-    finally:
-        conn.enable_load_extension(False)
-
-
-def _can_load_vec(module: ModuleType) -> str | None:
-    try:
-        conn = module.connect(":memory:")
-    except Exception:  # a broken driver is simply not chosen
-        return None
-    try:
-        if not hasattr(conn, "enable_load_extension"):
-            return None
-        _load_vec(conn)
-        return str(conn.execute("SELECT vec_version()").fetchone()[0])
-    except Exception:  # no extension support or no sqlite-vec: fall back
-        return None
-    finally:
-        conn.close()
 
 
 def _has_fts5(module: ModuleType) -> bool:
@@ -136,12 +91,7 @@ def load_driver() -> Driver:
             details={"backend": "sqlite"},
             hint="pip install 'context-search[sqlite]' (a SQLite build with FTS5)",
         )
-    for module in usable:
-        version = _can_load_vec(module)
-        if version is not None:
-            _CHOSEN = Driver(module, f"sqlite-vec {version}")
-            return _CHOSEN
-    _CHOSEN = Driver(usable[0], "numpy")
+    _CHOSEN = Driver(usable[0])
     return _CHOSEN
 
 
