@@ -37,10 +37,12 @@ from context_search.contract import (
     fusion_arithmetic,
 )
 from context_search.errors import IndexStaleError, RevisionMismatchError
+from context_search.fusion import FusionSettings
 from context_search.text.highlight import highlight_spans, query_terms
 from context_search.validation import MAX_WINDOW, ValidQuery
 
 __all__ = [
+    "ArmScores",
     "Candidate",
     "Cut",
     "IndexState",
@@ -52,6 +54,7 @@ __all__ = [
     "cut_to_hits",
     "document_evidence",
     "freshness",
+    "fused_candidates",
     "hit_from_document",
     "make_hit",
     "with_highlights",
@@ -129,6 +132,48 @@ class Ranking:
     def top_lexical(self) -> float:
         """The best lexical score among the candidates (convex fusion normalises by it)."""
         return max((c.entry.lexical_score or 0.0 for c in self.candidates), default=0.0)
+
+
+@dataclass(slots=True)
+class ArmScores:
+    """One document's place in each arm, as the connectors that rank in Python collect it
+    (in-memory, SQLite) before :func:`fused_candidates` fuses them. ``chunk_ordinal`` is the
+    lexical arm's best chunk when it found one, else the vector arm's."""
+
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    vector_rank: int | None = None
+    vector_similarity: float | None = None
+    chunk_ordinal: int | None = None
+    terms: tuple[str, ...] = ()
+
+    def parts(self, fused: float = 0.0) -> ScoreParts:
+        return ScoreParts(
+            lexical_rank=self.lexical_rank,
+            lexical_score=self.lexical_score,
+            vector_rank=self.vector_rank,
+            vector_similarity=self.vector_similarity,
+            fused=fused,
+        )
+
+
+def fused_candidates(
+    arms: Mapping[str, ArmScores], fusion: FusionSettings, vector_weight: float
+) -> list[Candidate]:
+    """Candidates fused by the one definition every rank log is checked against, best first
+    (ties: doc id); convex fusion normalises by the best lexical score among them."""
+    top_lexical = max((a.lexical_score or 0.0 for a in arms.values()), default=0.0)
+    candidates = [
+        Candidate.of(
+            doc_id=doc_id,
+            parts=a.parts(fusion.fuse(a.parts(), top_lexical, vector_weight)),
+            terms=a.terms,
+            chunk_ordinal=a.chunk_ordinal,
+        )
+        for doc_id, a in arms.items()
+    ]
+    candidates.sort(key=lambda c: (-c.entry.fused, c.doc_id))
+    return candidates
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from context_search.memory.writes import MemoryWrites
 from context_search.responses import (
     Candidate,
     IndexState,
+    Ranking,
     assemble_explanation,
     assemble_response,
     hit_from_document,
@@ -164,14 +165,7 @@ class InMemorySearchConnector(MemoryWrites):
             trace.stage("rank")
             readable = self._readable(vq.scopes)
             plan = self._plan(vq)
-            ranking = rank(
-                list(readable.values()),
-                vq,
-                self._embedder,
-                self._fusion,
-                plan,
-                self._text_search_config,
-            )
+            ranking = self._rank(readable, vq, plan)
             trace.stage("assembly")
             response = assemble_response(
                 vq,
@@ -187,6 +181,16 @@ class InMemorySearchConnector(MemoryWrites):
             )
         trace.finish(response)
         return response
+
+    def _rank(self, readable: dict[str, Stored], vq: ValidQuery, plan: ArmPlan) -> Ranking:
+        return rank(
+            list(readable.values()),
+            vq,
+            self._embedder,
+            self._fusion,
+            plan,
+            self._text_search_config,
+        )
 
     def _plan(self, vq: ValidQuery) -> ArmPlan:
         return plan_arms(vq.text, embedder_scripts(self._embedder), self._embedder.model_id)
@@ -250,14 +254,7 @@ class InMemorySearchConnector(MemoryWrites):
             return assemble_explanation(
                 doc_id,
                 vq,
-                rank(
-                    list(readable.values()),
-                    vq,
-                    self._embedder,
-                    self._fusion,
-                    plan,
-                    self._text_search_config,
-                ),
+                self._rank(readable, vq, plan),
                 lifecycle=stored.lifecycle,
                 filter_verdicts=[(c.field, record_matches(stored.record, [c])) for c in vq.filters],
                 method=self._fusion.method,

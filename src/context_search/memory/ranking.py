@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from context_search.contract import ContextDocumentRecord, Lifecycle, ScoreParts
+from context_search.contract import ContextDocumentRecord, Lifecycle
 from context_search.embedding import Embedder
 from context_search.fusion import ArmPlan, FusionSettings
-from context_search.responses import Candidate, Ranking
+from context_search.responses import ArmScores, Ranking, fused_candidates
 from context_search.text import Chunk, parse_query
 from context_search.text.stemming import index_terms
 from context_search.validation import ValidQuery, record_matches
@@ -49,26 +49,6 @@ class Stored:
     chunk_tokens: list[tuple[str, ...]] = field(default_factory=list)
 
 
-@dataclass(slots=True)
-class _Arms:
-    lexical_rank: int | None = None
-    lexical_score: float | None = None
-    lexical_chunk: int | None = None
-    vector_rank: int | None = None
-    vector_similarity: float | None = None
-    vector_chunk: int | None = None
-    terms: set[str] = field(default_factory=set)
-
-    def parts(self, fused: float = 0.0) -> ScoreParts:
-        return ScoreParts(
-            lexical_rank=self.lexical_rank,
-            lexical_score=self.lexical_score,
-            vector_rank=self.vector_rank,
-            vector_similarity=self.vector_similarity,
-            fused=fused,
-        )
-
-
 def rank(
     visible: Sequence[Stored],
     vq: ValidQuery,
@@ -93,7 +73,7 @@ def rank(
             filter_filtered += matched
         else:
             eligible.append(s)
-    arms: dict[str, _Arms] = {}
+    arms: dict[str, ArmScores] = {}
     lex = sorted(
         (
             (lexical[s.record.document_id], s.record.document_id)
@@ -103,8 +83,11 @@ def rank(
         key=lambda t: (-t[0][0], t[1]),
     )
     for position, ((score, chunk, terms), doc_id) in enumerate(lex[: fusion.pool_size], 1):
-        arms[doc_id] = _Arms(
-            lexical_rank=position, lexical_score=score, lexical_chunk=chunk, terms=terms
+        arms[doc_id] = ArmScores(
+            lexical_rank=position,
+            lexical_score=score,
+            chunk_ordinal=chunk,
+            terms=tuple(sorted(terms)),
         )
     sims: list[tuple[float, int, str]] = []
     if plan.vector_used:
@@ -117,19 +100,11 @@ def rank(
                     sims.append((float(per_chunk[best]), best, s.record.document_id))
     sims.sort(key=lambda t: (-t[0], t[2]))
     for position, (sim, chunk, doc_id) in enumerate(sims[: fusion.pool_size], 1):
-        a = arms.setdefault(doc_id, _Arms())
-        a.vector_rank, a.vector_similarity, a.vector_chunk = position, sim, chunk
-    top_lexical = max((a.lexical_score or 0.0 for a in arms.values()), default=0.0)
-    candidates = [
-        Candidate.of(
-            doc_id=doc_id,
-            parts=a.parts(fusion.fuse(a.parts(), top_lexical, plan.vector_weight)),
-            terms=tuple(sorted(a.terms)),
-            chunk_ordinal=a.lexical_chunk if a.lexical_chunk is not None else a.vector_chunk,
-        )
-        for doc_id, a in arms.items()
-    ]
-    candidates.sort(key=lambda c: (-c.entry.fused, c.doc_id))
+        a = arms.setdefault(doc_id, ArmScores())
+        a.vector_rank, a.vector_similarity = position, sim
+        if a.chunk_ordinal is None:
+            a.chunk_ordinal = chunk
+    candidates = fused_candidates(arms, fusion, plan.vector_weight)
     return Ranking(
         candidates=candidates,
         lexical_pool=min(len(lex), fusion.pool_size),

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from context_search.contract import ScoreParts
 from context_search.fusion import FusionSettings
-from context_search.responses import Candidate, Ranking
+from context_search.responses import ArmScores, Ranking, fused_candidates
 from context_search.sqlite.codec import LexicalPlan, decode_token, record_from_json
 from context_search.sqlite.reads import Reader
 from context_search.sqlite.snapshot import ScopeArrays
@@ -44,25 +43,6 @@ _RECORDS = "SELECT doc_id, record FROM visible_documents"
 
 #: The statements a search runs besides the loads, for the structural test.
 SEARCH_STATEMENTS = (_POSTINGS, _ADMITTED, _RECORDS)
-
-
-@dataclass(slots=True)
-class _Arms:
-    lexical_rank: int | None = None
-    lexical_score: float | None = None
-    vector_rank: int | None = None
-    vector_similarity: float | None = None
-    ordinal: int | None = None
-    terms: tuple[str, ...] = ()
-
-    def parts(self, fused: float = 0.0) -> ScoreParts:
-        return ScoreParts(
-            lexical_rank=self.lexical_rank,
-            lexical_score=self.lexical_score,
-            vector_rank=self.vector_rank,
-            vector_similarity=self.vector_similarity,
-            fused=fused,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +279,7 @@ def rank(
             shown.append(
                 _best_per_document(i, parts[i], chunks[keep], scores[keep], fusion.pool_size)
             )
-    arms: dict[str, _Arms] = {}
+    arms: dict[str, ArmScores] = {}
     lex = _top(parts, shown, fusion.pool_size)
     terms: dict[tuple[int, int], list[str]] = {}
     for scope in {b.scope for _, _, b, _ in lex}:
@@ -310,10 +290,10 @@ def rank(
         )
     for position, (score, doc_id, b, k) in enumerate(lex, 1):
         chunk = int(b.chunks[k])
-        arms[doc_id] = _Arms(
+        arms[doc_id] = ArmScores(
             lexical_rank=position,
             lexical_score=score,
-            ordinal=int(parts[b.scope].ordinals[chunk]),
+            chunk_ordinal=int(parts[b.scope].ordinals[chunk]),
             terms=tuple(sorted(terms[(b.scope, chunk)])),
         )
     vec: list[tuple[float, str, _Best, int]] = []
@@ -325,21 +305,11 @@ def rank(
             fusion.pool_size,
         )
     for position, (sim, doc_id, b, k) in enumerate(vec, 1):
-        a = arms.setdefault(doc_id, _Arms())
+        a = arms.setdefault(doc_id, ArmScores())
         a.vector_rank, a.vector_similarity = position, sim
-        if a.ordinal is None:
-            a.ordinal = int(parts[b.scope].ordinals[int(b.chunks[k])])
-    top_lexical = max((a.lexical_score or 0.0 for a in arms.values()), default=0.0)
-    candidates = [
-        Candidate.of(
-            doc_id=doc_id,
-            parts=a.parts(fusion.fuse(a.parts(), top_lexical, vector_weight)),
-            terms=a.terms,
-            chunk_ordinal=a.ordinal,
-        )
-        for doc_id, a in arms.items()
-    ]
-    candidates.sort(key=lambda c: (-c.entry.fused, c.doc_id))
+        if a.chunk_ordinal is None:
+            a.chunk_ordinal = int(parts[b.scope].ordinals[int(b.chunks[k])])
+    candidates = fused_candidates(arms, fusion, vector_weight)
     return Ranking(
         candidates=candidates,
         lexical_pool=len(lex),
