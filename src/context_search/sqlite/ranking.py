@@ -59,6 +59,12 @@ class _Best:
         return _Best(self.scope, self.docs[keep], self.chunks[keep], self.scores[keep])
 
 
+def _distinct(docs: npt.NDArray[np.int64], size: int) -> int:
+    """How many different documents ``docs`` names (positions below ``size``), in linear
+    time: ``np.unique`` sorts, a tenth of a search at 100k chunks."""
+    return int(np.count_nonzero(np.bincount(docs, minlength=size)))
+
+
 def _best_per_document(
     scope: int,
     part: ScopeArrays,
@@ -76,14 +82,14 @@ def _best_per_document(
     while wanted < len(chunks):
         floor = np.partition(scores, len(scores) - wanted)[len(scores) - wanted]
         keep = scores >= floor
-        if len(np.unique(part.doc[chunks[keep]])) >= pool:
+        if _distinct(part.doc[chunks[keep]], len(part.doc_ids)) >= pool:
             chunks, scores = chunks[keep], scores[keep]
             break
         wanted *= 4
     docs = part.doc[chunks]
     order = np.lexsort((part.ordinals[chunks], -scores, docs))
     docs, chunks, scores = docs[order], chunks[order], scores[order]
-    first = np.unique(docs, return_index=True)[1]
+    first = np.flatnonzero(np.r_[len(docs) > 0, docs[1:] != docs[:-1]])  # sorted by document
     return _Best(scope, docs[first], chunks[first], scores[first])
 
 
@@ -269,7 +275,7 @@ def rank(
     shown = []
     for i, chunks, scores in lexical:
         docs = parts[i].doc[chunks]
-        found = np.unique(docs)
+        found = np.flatnonzero(np.bincount(docs, minlength=len(parts[i].doc_ids)))
         ok_live, ok_filter = live[i][found], passed[i][found]
         matches += len(found)
         lifecycle_filtered += int((~ok_live).sum())
