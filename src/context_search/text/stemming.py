@@ -8,8 +8,9 @@ and paid for every "the" and "of" in a query (the longest postings of all). Here
 from :func:`~context_search.text.segment.tokenize` goes through the same steps: PostgreSQL's
 own stop-word list for the language (the files the embedded server ships), then the
 Snowball stemmer of that language (``snowballstemmer``, the Snowball project's Python
-build). CJK grams pass unchanged, as PostgreSQL's parser leaves them to the bigram
-segmentation upstream. ``simple`` keeps every word as it is.
+build, which runs PyStemmer's C build of the same algorithms where it is installed). CJK
+grams pass unchanged, as PostgreSQL's parser leaves them to the bigram segmentation
+upstream. ``simple`` keeps every word as it is.
 """
 
 from __future__ import annotations
