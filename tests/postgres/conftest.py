@@ -2,14 +2,19 @@
 
 The server fixtures (``context_search_dsn``, ``context_search_schema``, …) come from the
 package's own pytest plugin, :mod:`context_search.testing.plugin`, which installing the
-package registers; nothing connects at import time.
+package registers; nothing connects at import time. ``store`` is the connector most tests
+here need: the test's own schema, the hashing embedder.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from context_search import HashingEmbedder
+from context_search.postgres import PostgresSearchConnector
 
 _HERE = Path(__file__).parent.resolve()
 
@@ -19,3 +24,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.resolve().is_relative_to(_HERE):
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
+    ) as connector:
+        yield connector

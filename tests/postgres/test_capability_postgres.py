@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from context_search import HashingEmbedder
 from context_search.postgres import PostgresSearchConnector
 from tests.unit.test_capability import (
     build_index,
@@ -15,14 +10,6 @@ from tests.unit.test_capability import (
     check_provider_restriction,
     check_stale_after_revision_change,
 )
-
-
-@pytest.fixture
-def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
-    with PostgresSearchConnector.open(
-        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
-    ) as connector:
-        yield connector
 
 
 def test_postgres_index_restricts_to_requested_providers(store: PostgresSearchConnector) -> None:

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from context_search import HashingEmbedder
 from context_search.postgres import PostgresSearchConnector
 from tests.unit.test_knowledge import (
     check_body_updated,
@@ -16,14 +11,6 @@ from tests.unit.test_knowledge import (
     check_true_zero_hit,
     check_unselected_read,
 )
-
-
-@pytest.fixture
-def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
-    with PostgresSearchConnector.open(
-        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
-    ) as connector:
-        yield connector
 
 
 def test_postgres_hit(store: PostgresSearchConnector) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import psycopg
@@ -25,14 +25,6 @@ from context_search.postgres.engine.models import Base
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
 from context_search.postgres.engine.server import temporary_server
 from tests.security.test_reader_role import SCOPED_TABLES
-
-
-@pytest.fixture
-def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
-    with PostgresSearchConnector.open(
-        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
-    ) as connector:
-        yield connector
 
 
 def _tables(dsn: str, schema: str) -> set[str]:

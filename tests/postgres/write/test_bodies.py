@@ -4,7 +4,7 @@ a purge, a migration either way — loses or changes the text ``get_document`` r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import psycopg
 import pytest
@@ -73,14 +73,6 @@ def _texts(
         assert doc is not None
         out[d] = doc.body
     return out
-
-
-@pytest.fixture
-def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
-    with PostgresSearchConnector.open(
-        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
-    ) as connector:
-        yield connector
 
 
 def test_rows_keep_only_the_bodies_their_chunks_do_not_hold(

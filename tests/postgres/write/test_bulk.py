@@ -5,7 +5,6 @@ supersedes in the same batch, counters equal to a recount, scope security."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -37,14 +36,6 @@ def _doc(i: int, *, scope: str = "team", **kw: Any) -> ContextDocumentRecord:
             **kw,
         }
     )
-
-
-@pytest.fixture
-def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
-    with PostgresSearchConnector.open(
-        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
-    ) as connector:
-        yield connector
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,14 +23,6 @@ from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import IndexStaleError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.write.jobs import JobWorker, queue_status
-
-
-@pytest.fixture
-def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
-    with PostgresSearchConnector.open(
-        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
-    ) as connector:
-        yield connector
 
 
 def _doc(i: int, scope: str = "team", body: str | None = None) -> ContextDocumentRecord:

@@ -5,7 +5,7 @@ one moves every denormalised copy, also when the chunks are streamed with COPY."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import psycopg
 import pytest
@@ -16,14 +16,6 @@ from context_search.contract import ContextDocumentRecord, ScopeChange, SearchQu
 from context_search.errors import ScopeChangeRefusedError
 from context_search.postgres import AsyncPostgresSearchConnector, PostgresSearchConnector
 from context_search.postgres.write.copy import COPY_MIN_CHUNKS
-
-
-@pytest.fixture
-def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
-    with PostgresSearchConnector.open(
-        context_search_dsn, embedder=HashingEmbedder(), schema=context_search_schema
-    ) as connector:
-        yield connector
 
 
 def _records(ids: Iterable[int], scope: str, tag: str = "") -> list[ContextDocumentRecord]:
