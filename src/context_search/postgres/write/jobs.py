@@ -112,7 +112,12 @@ _DOC_FIELDS = (
     "indexed_config_revision"
 )
 
-_LOCK_DOCS = lock_documents(_DOC_FIELDS)
+#: What deciding a job needs, locked; the text is read (stitched, where the chunks hold
+#: it) only for the documents that changed since they were embedded.
+_LOCK_DOCS = lock_documents(
+    "doc_id, content_id, record_hash, lifecycle, permission_scope, indexed_content_id, "
+    "indexed_config_revision"
+)
 
 _READ_DOCS = text(
     f"SELECT {_DOC_FIELDS} FROM documents WHERE doc_id = ANY(:ids)"  # noqa: S608
@@ -383,7 +388,8 @@ class JobWorker:
             else:
                 changed.append(r)  # the document changed after it was embedded: redo now
         if changed:
-            sources = list(self._sources(changed).values())
+            reread = conn.execute(_READ_DOCS, {"ids": [r.doc_id for r in changed]}).all()
+            sources = list(self._sources(reread).values())
             vectors = embed_sources(sources, self._embedder, self._settings)
             offset = 0
             for s in sources:
