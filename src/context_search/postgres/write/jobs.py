@@ -104,19 +104,12 @@ _FAIL = text(
     """
 )
 
-#: What an index job rebuilds a document from; the body wherever it is kept (its chunks
-#: hold it when the row does not: ``engine/bodies.py``).
-_DOC_FIELDS = (
-    "doc_id, content_id, record_hash, lifecycle, permission_scope, title, summary, "
-    f"{body_of()} AS body, chunk_spans, field_mask, pii_flags, indexed_content_id, "
-    "indexed_config_revision"
-)
-
-#: What deciding a job needs, locked; the text is read (stitched, where the chunks hold
-#: it) only for the documents that changed since they were embedded.
-_LOCK_DOCS = lock_documents(
-    "doc_id, content_id, record_hash, lifecycle, permission_scope, indexed_content_id, "
-    "indexed_config_revision"
+#: What deciding a job needs (locked), and what rebuilding a changed document adds: its
+#: text, wherever it is kept (its chunks hold it when the row does not: ``engine/bodies.py``).
+_DECIDE = "doc_id, content_id, record_hash, lifecycle, permission_scope, indexed_content_id"
+_LOCK_DOCS = lock_documents(f"{_DECIDE}, indexed_config_revision")
+_DOC_FIELDS = f"{_DECIDE}, indexed_config_revision, title, summary, {body_of()} AS body, " + (
+    "chunk_spans, field_mask, pii_flags"
 )
 
 _READ_DOCS = text(
