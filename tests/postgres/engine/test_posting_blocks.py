@@ -119,7 +119,10 @@ def test_a_write_merges_the_groups_it_left_fragmented(store: PostgresSearchConne
     _written_in_runs(store, 300)
     with store.engine.connect() as conn:
         due = conn.execute(
-            text(f"SELECT count(*) FROM term_stats WHERE due OR {postings.fragmented()}")
+            text(
+                "SELECT count(*) FROM term_stats "
+                f"WHERE due OR {postings.due('partial', 'fresh', 'df')}"
+            )
         ).scalar_one()
         worst = conn.execute(text("SELECT max(blocks) FROM term_stats")).scalar_one()
     assert due == 0

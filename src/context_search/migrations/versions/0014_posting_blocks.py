@@ -117,7 +117,7 @@ def upgrade() -> None:
         )
     op.execute(f'DROP FUNCTION IF EXISTS "{schema}".postings_term_stats()')
     op.execute(f'DROP TABLE "{schema}".postings')
-    op.execute(trigger_function(schema))
+    op.execute(trigger_function(schema, tiered=False))
     for event, tables in _EVENTS:
         op.execute(
             f"CREATE TRIGGER chunks_postings_{event.lower()} AFTER {event} "

@@ -14,11 +14,17 @@ wrote the chunks. A chunk that changes scope or lifecycle takes a new ``chunk_id
 trigger refuses a relabel in place): its old postings die under the old id, its new ones are
 born in the new group, and a chunk id is never reused, so a dead posting can never come back.
 
-Blocks appended by many small writes overlap in impact, and tombstones grow; a merge
-(``indexes/blocks.py``, run after writes and by the job queue) rewrites a group into disjoint
-full blocks without its dead postings. A search reads a group exactly whatever its state
-(``read/sql/hybrid.py``): the bound-th strongest live posting among the group's first blocks
-is a threshold, and every block whose maximum reaches it is read.
+Each write appends at most one partial block per group it touches (the rest of its postings
+fill whole blocks), so many small writes leave a tail of partial blocks, and tombstones
+grow. Merges (``indexes/blocks.py``, run after writes and by the job queue) come in two
+sizes, as in a log-structured index: a *tail merge* recuts only a group's partial blocks
+into full ones, at a cost in proportion to what was written since; a *full merge* rewrites
+the group into disjoint full blocks without its dead postings once the postings written
+since its last full merge (``term_stats.fresh``) are as many as the rest, so a posting is
+rewritten a bounded number of times however large its group grows. A search reads a group
+exactly whatever its state (``read/sql/hybrid.py``): the bound-th strongest live posting
+among the group's first blocks is a threshold, and every block whose maximum reaches it is
+read.
 
 The SQL here is the one definition of a block: the triggers (created by migration 0014) and
 the merge cut blocks with :func:`cut_blocks`; the schema's models and the search statement
@@ -37,10 +43,13 @@ __all__ = [
     "GROUP",
     "IMPACT",
     "LIVE_POSTINGS",
+    "PARTIAL_DUE",
     "TOMBSTONES_DUE",
     "build_deferred",
     "cut_blocks",
+    "due",
     "fragmented",
+    "full_due",
     "trigger_function",
 ]
 
@@ -56,17 +65,50 @@ IMPACT = "CAST(t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * r.token_count / 200.0))
 
 def fragmented(blocks: str = "blocks", df: str = "df") -> str:
     """Whether a group with ``blocks`` blocks and ``df`` live postings (SQL expressions) is due
-    for a merge: more than twice a merged layout's blocks, and four more. A group that keeps
-    growing is rewritten each time its blocks double, so a posting is rewritten a bounded
-    number of times on average, and a read meets a bounded number of overlapping runs. The
-    triggers keep the verdict in ``term_stats.due``, which ``ix_term_stats_due`` indexes
-    partially: only a change of verdict touches an index, so the counters' updates stay HOT
-    (migration 0014)."""
+    for a merge as migration 0014 decided it (until 0017 replaced it with :func:`due`): more
+    than twice a merged layout's blocks, and four more. Counting blocks, it rewrote a whole
+    group for a tail of partial blocks holding a few postings each."""
     return f"({blocks}) > 2 * (({df}) + {BLOCK_SIZE - 1}) / {BLOCK_SIZE} + 4"
 
 
+#: A group's partial blocks (under :data:`BLOCK_SIZE` postings) are recut into full ones once
+#: they are more than this many: a search may read each of them (their maxima are not
+#: ordered against the group's other blocks), so they are bounded, and a tail merge costs
+#: only the postings they hold.
+PARTIAL_DUE = 8
+
+
+def full_due(fresh: str, df: str) -> str:
+    """Whether a group is due for a full merge: the postings written into it since its last
+    full merge (``fresh``) are at least a block and as many as the rest of its ``df`` live
+    postings. Each full merge then rewrites at most twice what was written since the last,
+    so a posting is rewritten a bounded number of times on average."""
+    return f"(({fresh}) >= {BLOCK_SIZE} AND 2 * ({fresh}) > ({df}))"
+
+
+def due(partial: str, fresh: str, df: str) -> str:
+    """``term_stats.due``: a tail merge (more than :data:`PARTIAL_DUE` partial blocks) or a
+    full one (:func:`full_due`) is due. Only a change of verdict touches the partial index
+    ``ix_term_stats_due``, so the counters' updates stay HOT."""
+    return f"(({partial}) > {PARTIAL_DUE} OR {full_due(fresh, df)})"
+
+
+def _fresh_after(added: str) -> str:
+    """``term_stats.fresh`` (row ``s``) after a statement appended ``added`` postings to the
+    group: a group that had no blocks now has one sorted run, as a full merge leaves it."""
+    return f"CASE WHEN s.blocks = 0 THEN s.fresh ELSE s.fresh + {added} END"
+
+
+#: A trigger's statement: the postings it appended to a group are its ``df`` delta.
+_FRESH_AFTER = _fresh_after("EXCLUDED.df")
 #: ``term_stats.due`` after an upsert adds ``EXCLUDED``'s counts to the row's.
-_DUE_AFTER = fragmented("s.blocks + EXCLUDED.blocks", "s.df + EXCLUDED.df")
+_DUE_AFTER = due("s.partial + EXCLUDED.partial", _FRESH_AFTER, "s.df + EXCLUDED.df")
+#: An initial load's cut: its postings ride in ``EXCLUDED.fresh`` (their ``df`` is counted).
+_FRESH_CUT = _fresh_after("EXCLUDED.fresh")
+#: ... after one that changes only ``df`` (chunks removed, or an initial load's listed ones).
+_DUE_DF = due("s.partial", "s.fresh", "s.df + EXCLUDED.df")
+#: Before migration 0017 (no ``partial``/``fresh``): blocks against a merged layout's.
+_DUE_AFTER_0014 = fragmented("s.blocks + EXCLUDED.blocks", "s.df + EXCLUDED.df")
 
 #: A group's tombstones are purged once they are 64, or an eighth of its live postings: a
 #: search compares every posting it reads with its group's tombstones.
@@ -97,11 +139,19 @@ BUILD_DEFERRED = f"""
     ), b AS (
         INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
         {{blocks}}
-        RETURNING {GROUP}
+        RETURNING {GROUP}, cardinality(chunk_ids) < {BLOCK_SIZE} AS part
     )
-    INSERT INTO term_stats AS s ({GROUP}, blocks)
-    SELECT {GROUP}, count(*) FROM b GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-    ON CONFLICT ({GROUP}) DO UPDATE SET blocks = s.blocks + EXCLUDED.blocks, due = {_DUE_AFTER}
+    -- ``fresh`` carries the postings cut; every group has its row (the load's triggers
+    -- counted the postings in ``df``), so only the update's ``_FRESH_CUT`` reads it.
+    INSERT INTO term_stats AS s ({GROUP}, blocks, partial, fresh)
+    SELECT {GROUP}, sum(blocks), sum(part), sum(postings)
+    FROM (SELECT {GROUP}, 1 AS blocks, part::int AS part, 0 AS postings FROM b
+          UNION ALL SELECT {GROUP}, 0, 0, 1 FROM p) AS d
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP}) DO UPDATE
+    SET blocks = s.blocks + EXCLUDED.blocks, partial = s.partial + EXCLUDED.partial,
+        fresh = {_FRESH_CUT},
+        due = {due("s.partial + EXCLUDED.partial", _FRESH_CUT, "s.df")}
 """
 
 #: The live postings as rows (chunk_id, lexeme, impact, permission_scope, lifecycle): every
@@ -133,13 +183,39 @@ def cut_blocks(postings: str) -> str:
         GROUP BY lexeme, permission_scope, lifecycle, block"""
 
 
-def _born(rows: str, schema: str) -> str:
+def _born(rows: str, schema: str, tiered: bool) -> str:
     """Blocks and document frequencies for the chunk rows ``rows`` (a transition table, or a
     subquery of one). Chunks of deleted documents are counted (the audit recounts every
     lifecycle) but get no blocks: no search reads them. In a transaction of an initial load
     (:data:`DEFER_SETTING` on), the chunks are only listed in ``posting_deferred``: each of the
-    load's ``upsert`` calls cuts their blocks at once when it returns (:data:`BUILD_DEFERRED`)."""
+    load's ``upsert`` calls cuts their blocks at once when it returns (:data:`BUILD_DEFERRED`).
+    ``tiered``: with the counters of migration 0017 (else as migration 0014 kept them)."""
     s = f'"{schema}"'
+    if tiered:
+        listed_due = _DUE_DF
+        part = f", cardinality(chunk_ids) < {BLOCK_SIZE} AS part"
+        counters = f"""
+    INSERT INTO {s}.term_stats AS s ({GROUP}, df, blocks, partial)
+    SELECT {GROUP}, sum(df), sum(blocks), sum(part)
+    FROM (SELECT {GROUP}, 1 AS df, 0 AS blocks, 0 AS part FROM p
+          UNION ALL SELECT {GROUP}, 0, 1, part::int FROM b) AS d
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP})
+    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
+                  partial = s.partial + EXCLUDED.partial, fresh = {_FRESH_AFTER},
+                  due = {_DUE_AFTER};"""
+    else:
+        listed_due = _DUE_AFTER_0014
+        part = ""
+        counters = f"""
+    INSERT INTO {s}.term_stats AS s ({GROUP}, df, blocks, due)
+    SELECT {GROUP}, sum(df), sum(blocks), {fragmented("sum(blocks)", "sum(df)")}
+    FROM (SELECT {GROUP}, 1 AS df, 0 AS blocks FROM p
+          UNION ALL SELECT {GROUP}, 0, 1 FROM b) AS d
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP})
+    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
+                  due = {_DUE_AFTER_0014};"""
     return f"""
     IF current_setting('{DEFER_SETTING}', true) = 'on' THEN
         INSERT INTO {s}.posting_deferred (chunk_id)
@@ -148,7 +224,7 @@ def _born(rows: str, schema: str) -> str:
         SELECT u.lexeme, r.permission_scope, r.lifecycle, count(*)
         FROM {rows} AS r CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS u(lexeme)
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-        ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df, due = {_DUE_AFTER};
+        ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df, due = {listed_due};
     ELSE
     WITH p AS MATERIALIZED (
         SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle, {IMPACT} AS impact
@@ -158,20 +234,12 @@ def _born(rows: str, schema: str) -> str:
     ), b AS (
         INSERT INTO {s}.posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
         {cut_blocks("(SELECT * FROM p WHERE p.lifecycle <> 'deleted')")}
-        RETURNING {GROUP}
-    )
-    INSERT INTO {s}.term_stats AS s ({GROUP}, df, blocks, due)
-    SELECT {GROUP}, sum(df), sum(blocks), {fragmented("sum(blocks)", "sum(df)")}
-    FROM (SELECT {GROUP}, 1 AS df, 0 AS blocks FROM p
-          UNION ALL SELECT {GROUP}, 0, 1 FROM b) AS d
-    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-    ON CONFLICT ({GROUP})
-    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
-                  due = {_DUE_AFTER};
+        RETURNING {GROUP}{part}
+    ){counters}
     END IF;"""
 
 
-def _died(rows: str, schema: str) -> str:
+def _died(rows: str, schema: str, tiered: bool) -> str:
     """Tombstones and document frequencies for the chunk rows ``rows`` that are gone (or
     live on under a new id). Tombstones first, then counters, each in key order: every
     writer and the merge lock them in that order."""
@@ -190,7 +258,8 @@ def _died(rows: str, schema: str) -> str:
     INSERT INTO {s}.term_stats AS s ({GROUP}, df)
     SELECT {GROUP}, -count(*) FROM d
     GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-    ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df, due = {_DUE_AFTER};"""
+    ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df,
+        due = {_DUE_DF if tiered else _DUE_AFTER_0014};"""
 
 
 def build_deferred() -> str:
@@ -198,10 +267,11 @@ def build_deferred() -> str:
     return BUILD_DEFERRED.format(blocks=cut_blocks("p"))
 
 
-def trigger_function(schema: str) -> str:
-    """``CREATE FUNCTION`` of the statement trigger on ``chunks`` that keeps postings,
-    tombstones and ``term_stats`` (one function for the three events; each branch names only
-    the transition tables its event has)."""
+def trigger_function(schema: str, *, tiered: bool = True) -> str:
+    """``CREATE OR REPLACE FUNCTION`` of the statement trigger on ``chunks`` that keeps
+    postings, tombstones and ``term_stats`` (one function for the three events; each branch
+    names only the transition tables its event has). ``tiered=False``: the function as
+    migration 0014 created it, before ``term_stats`` had ``partial`` and ``fresh``."""
     gone = (
         "(SELECT o.* FROM old_rows o "
         "WHERE NOT EXISTS (SELECT 1 FROM new_rows n WHERE n.chunk_id = o.chunk_id))"
@@ -211,13 +281,13 @@ def trigger_function(schema: str) -> str:
         "WHERE NOT EXISTS (SELECT 1 FROM old_rows o WHERE o.chunk_id = n.chunk_id))"
     )
     return f"""
-CREATE FUNCTION "{schema}".chunks_postings() RETURNS trigger
+CREATE OR REPLACE FUNCTION "{schema}".chunks_postings() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        {_born("new_rows", schema)}
+        {_born("new_rows", schema, tiered)}
     ELSIF TG_OP = 'DELETE' THEN
-        {_died("old_rows", schema)}
+        {_died("old_rows", schema, tiered)}
     ELSE
         -- Postings live in their chunk's (scope, lifecycle) group, found by chunk id:
         -- a chunk moves to another group under a new id (SET chunk_id = DEFAULT).
@@ -227,8 +297,8 @@ BEGIN
             RAISE EXCEPTION 'a chunk changes scope, lifecycle or text only under a new chunk_id'
                 USING ERRCODE = 'integrity_constraint_violation';
         END IF;
-        {_died(gone, schema)}
-        {_born(came, schema)}
+        {_died(gone, schema, tiered)}
+        {_born(came, schema, tiered)}
     END IF;
     RETURN NULL;
 END

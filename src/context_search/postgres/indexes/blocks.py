@@ -1,10 +1,11 @@
-"""The merge of posting blocks: groups rewritten into disjoint full blocks, dead postings
-purged (the layout, and why, is in ``postgres/engine/postings.py``).
+"""The merges of posting blocks (the layout, and why, is in ``postgres/engine/postings.py``):
+a tail merge recuts a group's partial blocks into full ones; a full merge rewrites the group
+into disjoint full blocks with its dead postings purged.
 
 A merge runs after every write commits (``statistics.refresh_statistics``) and after a job
-drain, on the groups the writes left due: fragmented ones (``term_stats.due``, found by a
-partial index) and ones whose tombstones are due. It is maintenance, never part of a write:
-searches read unmerged groups exactly, only with more blocks.
+drain, on the groups the writes left due (``term_stats.due``, found by a partial index) and
+the ones whose tombstones are due. It is maintenance, never part of a write: searches read
+unmerged groups exactly, only with more blocks.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from context_search.postgres.engine.postings import (
     GROUP,
     TOMBSTONES_DUE,
     cut_blocks,
+    due,
+    full_due,
 )
 
 __all__ = ["MergeReport", "merge_after_write", "merge_postings"]
@@ -39,8 +42,9 @@ _LOCK_TOMBSTONED = f"""
     FOR UPDATE OF t SKIP LOCKED
 """
 
-_LOCK_FRAGMENTED = """
-    SELECT s.lexeme, s.permission_scope, s.lifecycle FROM term_stats s
+#: Due groups, and whether each is due for a full merge (else its tail only).
+_LOCK_DUE = """
+    SELECT s.lexeme, s.permission_scope, s.lifecycle, {full} AS full FROM term_stats s
     WHERE {due}
     ORDER BY 1, 2, 3 LIMIT %(groups)s
     FOR UPDATE SKIP LOCKED
@@ -77,13 +81,51 @@ _REWRITE = f"""
     ), made AS (
         INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
         {cut_blocks("live")}
-        RETURNING {GROUP}
+        RETURNING {GROUP}, cardinality(chunk_ids) < {BLOCK_SIZE} AS part
     ), delta AS (
-        SELECT {GROUP}, sum(n) AS n
-        FROM (SELECT {GROUP}, -1 AS n FROM old UNION ALL SELECT {GROUP}, 1 FROM made) AS x
+        SELECT {GROUP}, sum(n) AS n, sum(p) AS p
+        FROM (SELECT {GROUP}, -1 AS n, -(cardinality(chunk_ids) < {BLOCK_SIZE})::int AS p
+              FROM old
+              UNION ALL SELECT {GROUP}, 1, part::int FROM made) AS x
         GROUP BY 1, 2, 3
     )
-    UPDATE term_stats s SET blocks = s.blocks + d.n, due = false
+    UPDATE term_stats s SET blocks = s.blocks + d.n, partial = s.partial + d.p, fresh = 0,
+                            due = false
+    FROM delta d
+    WHERE (s.lexeme, s.permission_scope, s.lifecycle)
+          = (d.lexeme, d.permission_scope, d.lifecycle)
+"""
+
+#: A tail merge: the group's partial blocks recut into full ones (and at most one partial),
+#: without the postings its tombstones name; its full blocks and tombstones stay as they are.
+_RECUT_TAIL = f"""
+    WITH g AS (
+        SELECT * FROM unnest(%(lexemes)s::text[], %(scopes)s::text[], %(lifecycles)s::text[])
+            AS g({GROUP})
+    ), old AS (
+        DELETE FROM posting_blocks b USING g
+        WHERE (b.lexeme, b.permission_scope, b.lifecycle)
+              = (g.lexeme, g.permission_scope, g.lifecycle)
+          AND cardinality(b.chunk_ids) < {BLOCK_SIZE}
+        RETURNING b.*
+    ), live AS (
+        SELECT o.lexeme, o.permission_scope, o.lifecycle, x.chunk_id, x.impact
+        FROM old o
+        CROSS JOIN LATERAL unnest(o.chunk_ids, o.impacts) AS x(chunk_id, impact)
+        LEFT JOIN posting_tombstones t USING ({GROUP})
+        WHERE t.chunk_ids IS NULL OR x.chunk_id <> ALL(t.chunk_ids)
+    ), made AS (
+        INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
+        {cut_blocks("live")}
+        RETURNING {GROUP}, cardinality(chunk_ids) < {BLOCK_SIZE} AS part
+    ), delta AS (
+        SELECT {GROUP}, sum(n) AS n, sum(p) AS p
+        FROM (SELECT {GROUP}, -1 AS n, -1 AS p FROM old
+              UNION ALL SELECT {GROUP}, 1, part::int FROM made) AS x
+        GROUP BY 1, 2, 3
+    )
+    UPDATE term_stats s SET blocks = s.blocks + d.n, partial = s.partial + d.p,
+                            due = {due("s.partial + d.p", "s.fresh", "s.df")}
     FROM delta d
     WHERE (s.lexeme, s.permission_scope, s.lifecycle)
           = (d.lexeme, d.permission_scope, d.lifecycle)
@@ -110,8 +152,10 @@ class MergeReport:
 def merge_postings(
     raw: Any, *, full: bool = False, groups_per_round: int = 2000, max_rounds: int | None = None
 ) -> MergeReport:
-    """Rewrite the groups that are due (fragmented, or with tombstones due for purging; with
-    ``full``, every group not in merged form) into disjoint full blocks without dead postings.
+    """Merge the groups that are due: a full merge (disjoint full blocks, dead postings
+    purged) where :func:`~context_search.postgres.engine.postings.full_due` says so or the
+    tombstones are due, a tail merge (partial blocks recut) elsewhere; with ``full``, a full
+    merge of every group not in merged form.
 
     ``raw``: a psycopg connection in autocommit on the index's schema. Each round is one
     transaction of at most ``groups_per_round`` groups, locked with ``SKIP LOCKED`` in the
@@ -121,7 +165,8 @@ def merge_postings(
     killed at any point: its transaction rolls back, and the blocks are as they were.
     """
     stale = f"s.blocks > (s.df + {BLOCK_SIZE - 1}) / {BLOCK_SIZE}" if full else "s.due"
-    due = "TRUE" if full else TOMBSTONES_DUE
+    whole = "TRUE" if full else full_due("s.fresh", "s.df")
+    purge = "TRUE" if full else TOMBSTONES_DUE
     merged = rounds = 0
     key = lock_key(raw, raw.execute("SELECT current_schema()").fetchone()[0], "merge")
     while max_rounds is None or rounds < max_rounds:
@@ -130,23 +175,29 @@ def merge_postings(
             if not raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchone()[0]:
                 break
             tombstoned = raw.execute(
-                sql.SQL(_LOCK_TOMBSTONED).format(due=sql.SQL(due)), {"groups": groups_per_round}
+                sql.SQL(_LOCK_TOMBSTONED).format(due=sql.SQL(purge)),
+                {"groups": groups_per_round},
             ).fetchall()
-            groups = set(
-                raw.execute(
-                    sql.SQL(_LOCK_FRAGMENTED).format(due=sql.SQL(stale)),
-                    {"groups": groups_per_round},
-                ).fetchall()
-            )
+            locked = raw.execute(
+                sql.SQL(_LOCK_DUE).format(due=sql.SQL(stale), full=sql.SQL(whole)),
+                {"groups": groups_per_round},
+            ).fetchall()
+            wholes = {tuple(g[:3]) for g in locked if g[3]}
+            tails = {tuple(g[:3]) for g in locked if not g[3]}
             if tombstoned:
-                groups.update(raw.execute(_LOCK_NAMED, _columns(tombstoned)).fetchall())
-            if not groups:
+                wholes.update(raw.execute(_LOCK_NAMED, _columns(tombstoned)).fetchall())
+            tails -= wholes
+            if not wholes and not tails:
                 break
             # Each group's blocks by its index: the planner, guessing a handful of groups
             # from the arrays, would otherwise hash-join the whole table every round.
             raw.execute("SET LOCAL enable_hashjoin = off")
             raw.execute("SET LOCAL enable_mergejoin = off")
-            raw.execute(_REWRITE, _columns(sorted(groups)))
+            if wholes:
+                raw.execute(_REWRITE, _columns(sorted(wholes)))
+            if tails:
+                raw.execute(_RECUT_TAIL, _columns(sorted(tails)))
+        groups = wholes | tails
         merged += len(groups)
         rounds += 1
         if len(groups) < groups_per_round:

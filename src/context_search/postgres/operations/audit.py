@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, text
 
 from context_search.postgres.engine.errors import translate_errors
-from context_search.postgres.engine.postings import IMPACT
+from context_search.postgres.engine.postings import BLOCK_SIZE, IMPACT
 
 __all__ = ["AuditReport", "audit"]
 
@@ -92,14 +92,16 @@ _CHECKS: dict[str, str] = {
         FULL JOIN (SELECT * FROM term_stats WHERE df <> 0) s
           USING (lexeme, permission_scope, lifecycle)
         WHERE r.df IS DISTINCT FROM s.df""",
-    # Each group's count of blocks (what a merge is scheduled by) equals a recount.
-    "block_count_drift": """
+    # Each group's counts of blocks and of partial blocks (what merges are scheduled by)
+    # equal a recount.
+    "block_count_drift": f"""
         SELECT count(*) FROM (
-            SELECT lexeme, permission_scope, lifecycle, count(*) AS blocks
+            SELECT lexeme, permission_scope, lifecycle, count(*) AS blocks,
+                   count(*) FILTER (WHERE cardinality(chunk_ids) < {BLOCK_SIZE}) AS partial
             FROM posting_blocks GROUP BY 1, 2, 3) r
         FULL JOIN (SELECT * FROM term_stats WHERE blocks <> 0) s
           USING (lexeme, permission_scope, lifecycle)
-        WHERE r.blocks IS DISTINCT FROM s.blocks""",
+        WHERE (r.blocks, r.partial) IS DISTINCT FROM (s.blocks, s.partial)""",  # noqa: S608
     # A deleted document whose purge is done still has searchable copies.
     "purged_but_present": """
         SELECT count(*) FROM documents d
