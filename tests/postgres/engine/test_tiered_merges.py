@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.engine import postings
 from context_search.postgres.engine.migrations import (
     current_revision,
     downgrade,
@@ -19,6 +21,7 @@ from context_search.postgres.engine.migrations import (
 )
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
 from context_search.postgres.engine.postings import BLOCK_SIZE, PARTIAL_DUE
+from context_search.postgres.indexes import builds
 from context_search.postgres.operations.audit import audit
 from tests.postgres.engine.test_posting_blocks import _answers, _merge, _record
 
@@ -119,3 +122,50 @@ def test_the_migration_counts_partial_blocks_and_restores_the_old_verdict(
     assert _answers(store) == answers
     store.upsert([_record(2000)])  # the trigger keeps the new counters
     assert audit(store.engine).consistent
+
+
+def test_a_chunk_removed_while_listed_for_a_loads_cut_is_neither_counted_nor_tombstoned(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An initial load's chunks are counted in ``df`` by the cut at its end. One replaced or
+    deleted before that cut leaves the list: never counted, it must not be uncounted, nor
+    tombstoned (it has no blocks)."""
+
+    def state() -> tuple[int, int, int]:
+        with store.engine.connect() as conn:
+            return tuple(  # type: ignore[return-value]
+                conn.execute(
+                    text(
+                        "SELECT (SELECT count(*) FROM posting_deferred), "
+                        "(SELECT COALESCE(sum(cardinality(chunk_ids)), 0) "
+                        " FROM posting_tombstones), "
+                        "(SELECT COALESCE(sum(df), 0) FROM term_stats "
+                        " WHERE lexeme = 'harbor' AND lifecycle <> 'deleted')"
+                    )
+                ).one()
+            )
+
+    with monkeypatch.context() as killed:
+        killed.setattr(builds, "build_deferred_postings", lambda raw: 0)  # a load killed
+        token = postings.DEFERRING.set(True)  # before its cut
+        try:
+            store.upsert([_record(i) for i in range(30)])
+        finally:
+            postings.DEFERRING.reset(token)
+    assert state() == (30, 0, 0)  # listed, not yet counted
+    replaced = ContextDocumentRecord(
+        document_id="d0001", body="harbor quay replaced", permission_scope="dock"
+    )
+    store.upsert([replaced])  # an ordinary write: counted and cut at once
+    assert store.delete_or_supersede("d0002")
+    assert state() == (28, 0, 1)
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=context_search_schema, embedder=HashingEmbedder()
+    ) as reopened:  # cuts and counts what is still listed
+        assert audit(reopened.engine).consistent
+        hits = reopened.search(SearchQuery(query="quay", allowed_scopes=["dock"])).hits
+        assert [h.doc_id for h in hits if h.score_parts.lexical_rank is not None] == ["d0001"]
+    assert state() == (0, 0, 29)

@@ -13,8 +13,14 @@ since its last full merge), the triggers keep both, and ``due`` now means a tail
 (partial blocks alone, recut) or a full merge (the postings since the last one are as many
 as the rest) is due (``postgres/engine/postings.py``).
 
-The upgrade counts each group's partial blocks once and takes every existing layout as
-merged (``fresh`` 0). The downgrade restores migration 0014's trigger and verdict.
+An initial load's chunks, listed in ``posting_deferred`` until the load cuts their blocks,
+are now counted in ``df`` by that cut too (counting them per batch cost a load as much as
+the cut), and a writer that removes a listed chunk takes it off the list (by a new index)
+instead of tombstoning it.
+
+The upgrade counts each group's partial blocks once, takes every existing layout as merged
+(``fresh`` 0), and uncounts chunks a killed load left listed (the cut counts them). The
+downgrade restores migration 0014's trigger and verdict, and counts them again.
 """
 
 from collections.abc import Sequence
@@ -29,6 +35,16 @@ from context_search.postgres.engine.postings import (
     fragmented,
     trigger_function,
 )
+
+#: ``term_stats.df`` plus or minus the lexemes of the chunks listed for a load's cut.
+_LISTED_DF = """
+    UPDATE term_stats s SET df = s.df {sign} c.n
+    FROM (SELECT u.lexeme, r.permission_scope, r.lifecycle, count(*) AS n
+          FROM chunks r JOIN posting_deferred x USING (chunk_id)
+          CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS u(lexeme)
+          GROUP BY 1, 2, 3) c
+    WHERE (s.lexeme, s.permission_scope, s.lifecycle) = (c.lexeme, c.permission_scope, c.lifecycle)
+"""
 
 revision: str = "0017"
 down_revision: str | None = "0016"
@@ -61,12 +77,16 @@ def upgrade() -> None:
         "WHERE (s.lexeme, s.permission_scope, s.lifecycle) "
         "= (b.lexeme, b.permission_scope, b.lifecycle)"
     )
+    op.execute(_LISTED_DF.format(sign="-"))
     _set_due(due("partial", "fresh", "df"))
+    op.create_index("ix_posting_deferred_chunk_id", "posting_deferred", ["chunk_id"])
     op.execute(trigger_function(_schema(), tiered=True))
 
 
 def downgrade() -> None:
     op.execute(trigger_function(_schema(), tiered=False))
+    op.drop_index("ix_posting_deferred_chunk_id", table_name="posting_deferred")
+    op.execute(_LISTED_DF.format(sign="+"))
     _set_due(fragmented())
     op.drop_column("term_stats", "fresh")
     op.drop_column("term_stats", "partial")

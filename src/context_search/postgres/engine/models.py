@@ -276,9 +276,12 @@ class PostingBlockRow(Base):
 
 
 class PostingDeferredRow(Base):
-    """A chunk of an initial load whose blocks are cut when the load ends."""
+    """A chunk of an initial load whose blocks are cut (and whose lexemes are counted) when
+    the load ends."""
 
     __tablename__ = "posting_deferred"
+    # A writer removing a chunk takes it off the list by id (migration 0017).
+    __table_args__ = (Index("ix_posting_deferred_chunk_id", "chunk_id"),)
     __mapper_args__ = {"primary_key": ["chunk_id"]}  # noqa: RUF012
 
     chunk_id: Mapped[int] = mapped_column(BigInteger)

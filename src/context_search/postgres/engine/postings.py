@@ -103,8 +103,7 @@ def _fresh_after(added: str) -> str:
 _FRESH_AFTER = _fresh_after("EXCLUDED.df")
 #: ``term_stats.due`` after an upsert adds ``EXCLUDED``'s counts to the row's.
 _DUE_AFTER = due("s.partial + EXCLUDED.partial", _FRESH_AFTER, "s.df + EXCLUDED.df")
-#: An initial load's cut: its postings ride in ``EXCLUDED.fresh`` (their ``df`` is counted).
-_FRESH_CUT = _fresh_after("EXCLUDED.fresh")
+
 #: ... after one that changes only ``df`` (chunks removed, or an initial load's listed ones).
 _DUE_DF = due("s.partial", "s.fresh", "s.df + EXCLUDED.df")
 #: Before migration 0017 (no ``partial``/``fresh``): blocks against a merged layout's.
@@ -124,10 +123,11 @@ DEFERRING: ContextVar[bool] = ContextVar("context_search_deferring_postings", de
 #: instead of cutting their blocks (an initial load's batches; ``indexes/builds.py``).
 DEFER_SETTING = "context_search.defer_postings"
 
-#: The blocks of every deferred chunk still there, cut at once (one sort per group instead
-#: of a partial block per group and batch, which a merge would rewrite and leave as free
-#: space the size of the load); the list is emptied in the same statement. A chunk removed
-#: meanwhile is gone from ``chunks``; one removed concurrently is tombstoned by its writer.
+#: The blocks and document frequencies of every deferred chunk still there, cut and counted
+#: at once (one sort per group instead of a partial block per group and batch, which a merge
+#: would rewrite and leave as free space the size of the load); the list is emptied in the
+#: same statement. A chunk removed meanwhile is gone from ``chunks`` and from the list: its
+#: writer took it off, and neither counted nor tombstoned it.
 BUILD_DEFERRED = f"""
     WITH listed AS (DELETE FROM posting_deferred RETURNING chunk_id),
     p AS MATERIALIZED (
@@ -141,17 +141,15 @@ BUILD_DEFERRED = f"""
         {{blocks}}
         RETURNING {GROUP}, cardinality(chunk_ids) < {BLOCK_SIZE} AS part
     )
-    -- ``fresh`` carries the postings cut; every group has its row (the load's triggers
-    -- counted the postings in ``df``), so only the update's ``_FRESH_CUT`` reads it.
-    INSERT INTO term_stats AS s ({GROUP}, blocks, partial, fresh)
-    SELECT {GROUP}, sum(blocks), sum(part), sum(postings)
-    FROM (SELECT {GROUP}, 1 AS blocks, part::int AS part, 0 AS postings FROM b
-          UNION ALL SELECT {GROUP}, 0, 0, 1 FROM p) AS d
+    -- The listed chunks' document frequencies are counted here, with their blocks.
+    INSERT INTO term_stats AS s ({GROUP}, df, blocks, partial)
+    SELECT {GROUP}, sum(df), sum(blocks), sum(part)
+    FROM (SELECT {GROUP}, 0 AS df, 1 AS blocks, part::int AS part FROM b
+          UNION ALL SELECT {GROUP}, 1, 0, 0 FROM p) AS d
     GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
     ON CONFLICT ({GROUP}) DO UPDATE
-    SET blocks = s.blocks + EXCLUDED.blocks, partial = s.partial + EXCLUDED.partial,
-        fresh = {_FRESH_CUT},
-        due = {due("s.partial + EXCLUDED.partial", _FRESH_CUT, "s.df")}
+    SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
+        partial = s.partial + EXCLUDED.partial, fresh = {_FRESH_AFTER}, due = {_DUE_AFTER}
 """
 
 #: The live postings as rows (chunk_id, lexeme, impact, permission_scope, lifecycle): every
@@ -192,6 +190,10 @@ def _born(rows: str, schema: str, tiered: bool) -> str:
     ``tiered``: with the counters of migration 0017 (else as migration 0014 kept them)."""
     s = f'"{schema}"'
     if tiered:
+        # Listed chunks are counted in ``df`` when their blocks are cut (a count per
+        # group and batch would cost a load as much as the cut); those of deleted
+        # documents get no blocks and are counted now.
+        listed_only = "AND r.lifecycle = 'deleted'"
         listed_due = _DUE_DF
         part = f", cardinality(chunk_ids) < {BLOCK_SIZE} AS part"
         counters = f"""
@@ -205,6 +207,7 @@ def _born(rows: str, schema: str, tiered: bool) -> str:
                   partial = s.partial + EXCLUDED.partial, fresh = {_FRESH_AFTER},
                   due = {_DUE_AFTER};"""
     else:
+        listed_only = ""
         listed_due = _DUE_AFTER_0014
         part = ""
         counters = f"""
@@ -223,6 +226,7 @@ def _born(rows: str, schema: str, tiered: bool) -> str:
         INSERT INTO {s}.term_stats AS s ({GROUP}, df)
         SELECT u.lexeme, r.permission_scope, r.lifecycle, count(*)
         FROM {rows} AS r CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS u(lexeme)
+        WHERE TRUE {listed_only}
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
         ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df, due = {listed_due};
     ELSE
@@ -244,10 +248,25 @@ def _died(rows: str, schema: str, tiered: bool) -> str:
     live on under a new id). Tombstones first, then counters, each in key order: every
     writer and the merge lock them in that order."""
     s = f'"{schema}"'
+    # A chunk still listed for an initial load's cut was never counted and has no blocks:
+    # it leaves the list. Deleting the entry (not reading it) waits for a cut that took it
+    # meanwhile, and then finds it gone, and the chunk counted.
+    listed, counted = (
+        (
+            f"""listed AS (
+        DELETE FROM {s}.posting_deferred x
+        WHERE x.chunk_id IN (SELECT r.chunk_id FROM {rows} AS r) RETURNING x.chunk_id
+    ), """,
+            "WHERE r.chunk_id NOT IN (SELECT chunk_id FROM listed)",
+        )
+        if tiered
+        else ("", "")
+    )
     return f"""
-    WITH d AS MATERIALIZED (
+    WITH {listed}d AS MATERIALIZED (
         SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle
         FROM {rows} AS r CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS u(lexeme)
+        {counted}
     ), t AS (
         INSERT INTO {s}.posting_tombstones AS t ({GROUP}, chunk_ids)
         SELECT {GROUP}, array_agg(chunk_id ORDER BY chunk_id)

@@ -184,6 +184,7 @@ _INSERT_CHUNKS = text(
                     :scopes, :lifecycles, :content_ids)
              AS u(doc_id, ordinal, start_byte, end_byte, text, index_text, embedding, scope,
                   lifecycle, content_id)
+        OFFSET 0  -- a fence: pulled up, the subquery's tsv would be computed twice per row
     ) AS v
     """
 ).bindparams(

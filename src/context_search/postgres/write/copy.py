@@ -56,6 +56,7 @@ _MERGE = text(
         FROM (
             SELECT s.*, to_tsvector(CAST(:ts_config AS regconfig), s.index_text) AS tsv
             FROM pg_temp.cs_stage_chunks AS s
+            OFFSET 0  -- a fence: pulled up, the tsv would be computed twice per row
         ) AS v
     """
 )
