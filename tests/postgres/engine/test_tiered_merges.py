@@ -5,6 +5,8 @@ rest. Reads are exact in every state, and migration 0017 converts an index both 
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from sqlalchemy import text
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine import postings
+from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.engine.migrations import (
     current_revision,
     downgrade,
@@ -26,6 +29,30 @@ from context_search.postgres.operations.audit import audit
 from tests.postgres.engine.test_posting_blocks import _answers, _merge, _record
 
 pytestmark = pytest.mark.integration
+
+
+def _killed_load(store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    """``n`` records written as an initial load's batches by a process killed before the
+    load's cut: their chunks stay listed in ``posting_deferred``."""
+    with monkeypatch.context() as killed:
+        killed.setattr(builds, "build_deferred_postings", lambda raw: 0)
+        token = postings.DEFERRING.set(True)
+        try:
+            store.upsert([_record(i) for i in range(n)])
+        finally:
+            postings.DEFERRING.reset(token)
+
+
+def _listed_and_counted(store: PostgresSearchConnector) -> tuple[int, int]:
+    with store.engine.connect() as conn:
+        return tuple(  # type: ignore[return-value]
+            conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM posting_deferred), "
+                    "(SELECT COALESCE(sum(df), 0) FROM term_stats WHERE lexeme = 'harbor')"
+                )
+            ).one()
+        )
 
 
 def _harbor(store: PostgresSearchConnector) -> dict[str, Any]:
@@ -148,13 +175,7 @@ def test_a_chunk_removed_while_listed_for_a_loads_cut_is_neither_counted_nor_tom
                 ).one()
             )
 
-    with monkeypatch.context() as killed:
-        killed.setattr(builds, "build_deferred_postings", lambda raw: 0)  # a load killed
-        token = postings.DEFERRING.set(True)  # before its cut
-        try:
-            store.upsert([_record(i) for i in range(30)])
-        finally:
-            postings.DEFERRING.reset(token)
+    _killed_load(store, monkeypatch, 30)
     assert state() == (30, 0, 0)  # listed, not yet counted
     replaced = ContextDocumentRecord(
         document_id="d0001", body="harbor quay replaced", permission_scope="dock"
@@ -169,3 +190,82 @@ def test_a_chunk_removed_while_listed_for_a_loads_cut_is_neither_counted_nor_tom
         hits = reopened.search(SearchQuery(query="quay", allowed_scopes=["dock"])).hits
         assert [h.doc_id for h in hits if h.score_parts.lexical_rank is not None] == ["d0001"]
     assert state() == (0, 0, 29)
+
+
+def test_the_migration_carries_a_killed_loads_listed_chunks_both_ways(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before 0017 a listed chunk was counted in ``df`` as it was written, since then by the
+    cut: a migration either way over a killed load's listed chunks recounts them, also in
+    groups only they opened."""
+    _killed_load(store, monkeypatch, 30)
+    assert _listed_and_counted(store) == (30, 0)
+    engine = create_store_engine(context_search_dsn, schema=context_search_schema)
+    try:
+        downgrade(engine, schema=context_search_schema, revision="0016")  # type: ignore[arg-type]
+        assert _listed_and_counted(store) == (30, 30)  # counted as 0016's cut expects
+        migrate(engine, schema=context_search_schema)  # type: ignore[arg-type]
+    finally:
+        close_store_engine(engine)
+    assert _listed_and_counted(store) == (30, 0)
+    with PostgresSearchConnector.open(
+        context_search_dsn, schema=context_search_schema, embedder=HashingEmbedder()
+    ) as reopened:  # the cut counts them
+        assert audit(reopened.engine).consistent
+    assert _listed_and_counted(store) == (0, 30)
+
+
+def test_a_loads_cut_picked_as_a_deadlock_victim_is_tried_again(
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A writer that holds a counter the cut needs, then removes a chunk the cut holds
+    listed, closes a cycle: PostgreSQL aborts the side that waited first (the cut), and
+    the cut runs again once the writer commits; the removed chunk is neither cut nor
+    counted, the rest are."""
+    store.upsert([_record(5000)])  # an ordinary write: "harbor" has its counter row
+    _killed_load(store, monkeypatch, 30)
+    with store.engine.connect() as conn:
+        victim = conn.execute(text("SELECT min(chunk_id) FROM posting_deferred")).scalar_one()
+    retries: list[int] = []
+    monkeypatch.setattr(builds, "back_off", retries.append)
+    with store.engine.connect() as writer:
+        writer.execute(text("UPDATE term_stats SET df = df WHERE lexeme = 'harbor'"))
+        cut: list[object] = []
+
+        def run_cut() -> None:
+            try:
+                with autocommit_session(store.engine, "test") as raw:
+                    cut.append(builds.build_deferred_postings(raw))
+            except Exception as exc:  # reported below
+                cut.append(exc)
+
+        thread = threading.Thread(target=run_cut)
+        thread.start()
+        with store.engine.connect() as watch:  # until the cut waits for the counter
+            for _ in range(500):
+                waiting = watch.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE '%posting_deferred%'"
+                    )
+                ).scalar_one()
+                watch.rollback()
+                if waiting:
+                    break
+                time.sleep(0.01)
+        assert waiting
+        writer.execute(text("DELETE FROM chunks WHERE chunk_id = :c"), {"c": victim})
+        writer.commit()
+    thread.join(timeout=60)
+    assert len(cut) == 1 and isinstance(cut[0], int), cut
+    assert retries == [0]  # aborted once, then done
+    assert _listed_and_counted(store) == (0, 30)  # 1 ordinary + 29 cut; the victim neither
+    with store.engine.connect() as conn:
+        assert not conn.execute(
+            text("SELECT count(*) FROM posting_blocks WHERE :c = ANY(chunk_ids)"), {"c": victim}
+        ).scalar_one()
+        assert not conn.execute(text("SELECT count(*) FROM posting_tombstones")).scalar_one()

@@ -36,14 +36,22 @@ from context_search.postgres.engine.postings import (
     trigger_function,
 )
 
-#: ``term_stats.df`` plus or minus the lexemes of the chunks listed for a load's cut.
-_LISTED_DF = """
-    UPDATE term_stats s SET df = s.df {sign} c.n
-    FROM (SELECT u.lexeme, r.permission_scope, r.lifecycle, count(*) AS n
-          FROM chunks r JOIN posting_deferred x USING (chunk_id)
-          CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS u(lexeme)
-          GROUP BY 1, 2, 3) c
+#: The lexemes of the chunks listed for a load's cut, per group.
+_LISTED = """
+    SELECT u.lexeme, r.permission_scope, r.lifecycle, count(*) AS n
+    FROM chunks r JOIN posting_deferred x USING (chunk_id)
+    CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS u(lexeme)
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+"""
+#: Uncounted for the upgrade (the old trigger counted them, so every group has its row).
+_UNCOUNT_LISTED = f"""
+    UPDATE term_stats s SET df = s.df - c.n FROM ({_LISTED}) c
     WHERE (s.lexeme, s.permission_scope, s.lifecycle) = (c.lexeme, c.permission_scope, c.lifecycle)
+"""
+#: Counted for the downgrade: a group a listed chunk opened has no row yet.
+_COUNT_LISTED = f"""
+    INSERT INTO term_stats AS s ({GROUP}, df) {_LISTED}
+    ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df
 """
 
 revision: str = "0017"
@@ -77,7 +85,7 @@ def upgrade() -> None:
         "WHERE (s.lexeme, s.permission_scope, s.lifecycle) "
         "= (b.lexeme, b.permission_scope, b.lifecycle)"
     )
-    op.execute(_LISTED_DF.format(sign="-"))
+    op.execute(_UNCOUNT_LISTED)
     _set_due(due("partial", "fresh", "df"))
     op.create_index("ix_posting_deferred_chunk_id", "posting_deferred", ["chunk_id"])
     op.execute(trigger_function(_schema(), tiered=True))
@@ -86,7 +94,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute(trigger_function(_schema(), tiered=False))
     op.drop_index("ix_posting_deferred_chunk_id", table_name="posting_deferred")
-    op.execute(_LISTED_DF.format(sign="+"))
+    op.execute(_COUNT_LISTED)
     _set_due(fragmented())
     op.drop_column("term_stats", "fresh")
     op.drop_column("term_stats", "partial")

@@ -81,13 +81,18 @@ class _Attempt:
             suppressed = bool(self._stack.__exit__(et, ev, tb))
         except BackendError as exc:
             if exc.details.get("sqlstate") in RETRYABLE_STATES and not self._last:
-                # Both sides of a deadlock were writing: back off a little, with jitter, so
-                # they do not collide again in step.
-                pause(random.uniform(0.005, 0.03) * 2**self._number)
+                back_off(self._number)
                 return True
             raise
         self.succeeded = et is None
         return suppressed
+
+
+def back_off(attempt: int) -> None:
+    """Before try ``attempt + 1`` of a transaction PostgreSQL aborted as a deadlock victim
+    or a serialization failure: both sides were writing, so wait a little, with jitter, so
+    they do not collide again in step."""
+    pause(random.uniform(0.005, 0.03) * 2**attempt)
 
 
 def write_attempts(engine: Engine, action: str, *, tries: int = 4) -> Iterator[_Attempt]:

@@ -257,7 +257,7 @@ def _died(rows: str, schema: str, tiered: bool) -> str:
         DELETE FROM {s}.posting_deferred x
         WHERE x.chunk_id IN (SELECT r.chunk_id FROM {rows} AS r) RETURNING x.chunk_id
     ), """,
-            "WHERE r.chunk_id NOT IN (SELECT chunk_id FROM listed)",
+            "WHERE NOT EXISTS (SELECT 1 FROM listed l WHERE l.chunk_id = r.chunk_id)",
         )
         if tiered
         else ("", "")

@@ -89,11 +89,12 @@ _REWRITE = f"""
               UNION ALL SELECT {GROUP}, 1, part::int FROM made) AS x
         GROUP BY 1, 2, 3
     )
-    UPDATE term_stats s SET blocks = s.blocks + d.n, partial = s.partial + d.p, fresh = 0,
-                            due = false
-    FROM delta d
+    -- Every group named is settled, also one that had no blocks (its flag is cleared).
+    UPDATE term_stats s SET blocks = s.blocks + COALESCE(d.n, 0),
+                            partial = s.partial + COALESCE(d.p, 0), fresh = 0, due = false
+    FROM g LEFT JOIN delta d USING ({GROUP})
     WHERE (s.lexeme, s.permission_scope, s.lifecycle)
-          = (d.lexeme, d.permission_scope, d.lifecycle)
+          = (g.lexeme, g.permission_scope, g.lifecycle)
 """
 
 #: A tail merge: the group's partial blocks recut into full ones (and at most one partial),
@@ -124,11 +125,12 @@ _RECUT_TAIL = f"""
               UNION ALL SELECT {GROUP}, 1, part::int FROM made) AS x
         GROUP BY 1, 2, 3
     )
-    UPDATE term_stats s SET blocks = s.blocks + d.n, partial = s.partial + d.p,
-                            due = {due("s.partial + d.p", "s.fresh", "s.df")}
-    FROM delta d
+    UPDATE term_stats s SET blocks = s.blocks + COALESCE(d.n, 0),
+                            partial = s.partial + COALESCE(d.p, 0),
+                            due = {due("s.partial + COALESCE(d.p, 0)", "s.fresh", "s.df")}
+    FROM g LEFT JOIN delta d USING ({GROUP})
     WHERE (s.lexeme, s.permission_scope, s.lifecycle)
-          = (d.lexeme, d.permission_scope, d.lifecycle)
+          = (g.lexeme, g.permission_scope, g.lifecycle)
 """
 
 

@@ -29,7 +29,7 @@ import psycopg.sql
 from sqlalchemy import Engine, text
 
 from context_search.postgres.engine.drivers import autocommit_session, driver_of
-from context_search.postgres.engine.errors import translate_errors
+from context_search.postgres.engine.errors import RETRYABLE_STATES, back_off, translate_errors
 from context_search.postgres.engine.postings import DEFERRING, build_deferred
 from context_search.postgres.indexes.statistics import vacuum_after_write
 
@@ -258,13 +258,24 @@ def cut_deferred_postings_after(engine: Engine) -> Iterator[None]:
                 build_deferred_postings(raw)
 
 
-def build_deferred_postings(raw: Any) -> int:
+def build_deferred_postings(raw: Any, *, tries: int = 4) -> int:
     """Cut the blocks of the chunks an initial load deferred (``raw``: autocommit, holding
-    the load lock, so no batch of that load is still writing); returns the groups written."""
+    the load lock, so no batch of that load is still writing); returns the groups written.
+
+    Other writers may still remove listed chunks (taking them off the list) and update the
+    counters meanwhile, so PostgreSQL can pick the cut as a deadlock victim: it is tried
+    again, as a write transaction is."""
     raw.execute("SET statement_timeout = 0")
     try:
-        with raw.transaction():
-            return int(raw.execute(build_deferred()).rowcount or 0)
+        for attempt in range(tries):
+            try:
+                with raw.transaction():
+                    return int(raw.execute(build_deferred()).rowcount or 0)
+            except psycopg.Error as exc:
+                if exc.sqlstate not in RETRYABLE_STATES or attempt == tries - 1:
+                    raise
+                back_off(attempt)
+        raise AssertionError("unreachable: the last try returns or raises")
     finally:
         raw.execute("RESET statement_timeout")
 

@@ -99,7 +99,7 @@ _CHECKS: dict[str, str] = {
             SELECT lexeme, permission_scope, lifecycle, count(*) AS blocks,
                    count(*) FILTER (WHERE cardinality(chunk_ids) < {BLOCK_SIZE}) AS partial
             FROM posting_blocks GROUP BY 1, 2, 3) r
-        FULL JOIN (SELECT * FROM term_stats WHERE blocks <> 0) s
+        FULL JOIN (SELECT * FROM term_stats WHERE blocks <> 0 OR partial <> 0) s
           USING (lexeme, permission_scope, lifecycle)
         WHERE (r.blocks, r.partial) IS DISTINCT FROM (s.blocks, s.partial)""",  # noqa: S608
     # A deleted document whose purge is done still has searchable copies.
