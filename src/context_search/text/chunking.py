@@ -55,6 +55,25 @@ _SPACE_CODE_POINTS = np.array(
     dtype=np.uint32,
 )
 _CLAUSE_CODE_POINTS = np.array([ord(c) for c in "，、；：､"], dtype=np.uint32)
+
+
+def _table(points: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
+    """Membership of code points as a lookup table; its last entry (false) stands for every
+    code point above the largest member. A lookup is a tenth of ``np.isin``'s sort, which
+    chunking every record paid three times."""
+    table = np.zeros(int(points.max()) + 2, dtype=bool)
+    table[points] = True
+    return table
+
+
+_IS_SPACE = _table(_SPACE_CODE_POINTS)
+_IS_CLAUSE = _table(_CLAUSE_CODE_POINTS)
+
+
+def _member(cps: npt.NDArray[np.uint32], table: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    return table[np.minimum(cps, len(table) - 1)]
+
+
 _ZWJ = 0x200D
 
 Side = Literal["left", "right"]
@@ -91,14 +110,16 @@ def _is_glue(cp: int) -> bool:
     )
 
 
-def _strengths(body: str, cps: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint8]:
-    """How good a break is before each character index (index ``len(body)`` is the end)."""
+def _strengths(
+    body: str, cps: npt.NDArray[np.uint32], space: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.uint8]:
+    """How good a break is before each character index (index ``len(body)`` is the end);
+    ``space``: which characters are white space."""
     n = len(cps)
     strength = np.full(n + 1, _CHAR, dtype=np.uint8)
-    space = np.isin(cps, _SPACE_CODE_POINTS)
     word_start = np.zeros(n + 1, dtype=bool)
     word_start[1:n] = space[:-1] & ~space[1:]
-    word_start[1:] |= np.isin(cps, _CLAUSE_CODE_POINTS)
+    word_start[1:] |= _member(cps, _IS_CLAUSE)
     strength[word_start] = _WORD
     for level, pattern in (
         (_LINE, _LINE_END),
@@ -109,11 +130,13 @@ def _strengths(body: str, cps: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint8]:
         if ends:
             idx = np.array(ends, dtype=np.int64)
             strength[idx] = np.maximum(strength[idx], level)
-    rare = np.unique(cps[cps >= 0x300])
-    glue_points = np.array([cp for cp in rare.tolist() if _is_glue(cp)], dtype=np.uint32)
+    high = cps[cps >= 0x300]  # combining marks and joiners start at U+0300
     glue = np.zeros(n + 1, dtype=bool)
-    if glue_points.size:
-        glue[:n] = np.isin(cps, glue_points)
+    if high.size:
+        rare = np.unique(high).tolist()
+        glue_points = np.array([cp for cp in rare if _is_glue(cp)], dtype=np.uint32)
+        if glue_points.size:
+            glue[:n] = np.isin(cps, glue_points)
     glue[1:n] |= cps[:-1] == _ZWJ
     glue[1:n] |= (cps[:-1] == 0x0D) & (cps[1:] == 0x0A)
     strength[glue] = _GLUE
@@ -196,8 +219,8 @@ def chunk_text(body: str, *, max_bytes: int = 1200, overlap_bytes: int = 200) ->
     # int32 offsets halve the memory of multi-megabyte bodies; 4 bytes per code point bound.
     offs = np.zeros(len(cps) + 1, dtype=np.int32 if len(cps) < 2**29 else np.int64)
     np.cumsum(sizes, dtype=offs.dtype, out=offs[1:])
-    strength = _strengths(body, cps)
-    space = np.isin(cps, _SPACE_CODE_POINTS)
+    space = _member(cps, _IS_SPACE)
+    strength = _strengths(body, cps, space)
     del cps, sizes
     last = len(body.rstrip())
 
