@@ -58,25 +58,44 @@ _LOCK_NAMED = f"""
     FOR UPDATE SKIP LOCKED
 """
 
-_REWRITE = f"""
+
+def _merge(*, tail: bool) -> str:
+    """The statement of one merge round over the groups it is given (three arrays): a full
+    merge rewrites every block of each group into disjoint full blocks and purges its
+    tombstones; a tail merge (``tail``) recuts only the partial blocks into full ones (and
+    at most one partial), leaving the full blocks and the tombstones as they are. Either
+    drops the postings the tombstones name from what it rewrites, and settles every group
+    it names, also one that had no blocks (its flag is cleared)."""
+    partial_only = f"AND cardinality(b.chunk_ids) < {BLOCK_SIZE}" if tail else ""
+    purge = (
+        ""
+        if tail
+        else """, tomb AS (
+        DELETE FROM posting_tombstones t USING g
+        WHERE (t.lexeme, t.permission_scope, t.lifecycle)
+              = (g.lexeme, g.permission_scope, g.lifecycle)
+        RETURNING t.*
+    )"""
+    )
+    settle = (
+        f"due = {due('s.partial + COALESCE(d.p, 0)', 's.fresh', 's.df')}"
+        if tail
+        else "fresh = 0, due = false"
+    )
+    return f"""
     WITH g AS (
         SELECT * FROM unnest(%(lexemes)s::text[], %(scopes)s::text[], %(lifecycles)s::text[])
             AS g({GROUP})
     ), old AS (
         DELETE FROM posting_blocks b USING g
         WHERE (b.lexeme, b.permission_scope, b.lifecycle)
-              = (g.lexeme, g.permission_scope, g.lifecycle)
+              = (g.lexeme, g.permission_scope, g.lifecycle) {partial_only}
         RETURNING b.*
-    ), tomb AS (
-        DELETE FROM posting_tombstones t USING g
-        WHERE (t.lexeme, t.permission_scope, t.lifecycle)
-              = (g.lexeme, g.permission_scope, g.lifecycle)
-        RETURNING t.*
-    ), live AS (
+    ){purge}, live AS (
         SELECT o.lexeme, o.permission_scope, o.lifecycle, x.chunk_id, x.impact
         FROM old o
         CROSS JOIN LATERAL unnest(o.chunk_ids, o.impacts) AS x(chunk_id, impact)
-        LEFT JOIN tomb t USING ({GROUP})
+        LEFT JOIN {"posting_tombstones" if tail else "tomb"} t USING ({GROUP})
         WHERE t.chunk_ids IS NULL OR x.chunk_id <> ALL(t.chunk_ids)
     ), made AS (
         INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
@@ -89,49 +108,16 @@ _REWRITE = f"""
               UNION ALL SELECT {GROUP}, 1, part::int FROM made) AS x
         GROUP BY 1, 2, 3
     )
-    -- Every group named is settled, also one that had no blocks (its flag is cleared).
     UPDATE term_stats s SET blocks = s.blocks + COALESCE(d.n, 0),
-                            partial = s.partial + COALESCE(d.p, 0), fresh = 0, due = false
+                            partial = s.partial + COALESCE(d.p, 0), {settle}
     FROM g LEFT JOIN delta d USING ({GROUP})
     WHERE (s.lexeme, s.permission_scope, s.lifecycle)
           = (g.lexeme, g.permission_scope, g.lifecycle)
 """
 
-#: A tail merge: the group's partial blocks recut into full ones (and at most one partial),
-#: without the postings its tombstones name; its full blocks and tombstones stay as they are.
-_RECUT_TAIL = f"""
-    WITH g AS (
-        SELECT * FROM unnest(%(lexemes)s::text[], %(scopes)s::text[], %(lifecycles)s::text[])
-            AS g({GROUP})
-    ), old AS (
-        DELETE FROM posting_blocks b USING g
-        WHERE (b.lexeme, b.permission_scope, b.lifecycle)
-              = (g.lexeme, g.permission_scope, g.lifecycle)
-          AND cardinality(b.chunk_ids) < {BLOCK_SIZE}
-        RETURNING b.*
-    ), live AS (
-        SELECT o.lexeme, o.permission_scope, o.lifecycle, x.chunk_id, x.impact
-        FROM old o
-        CROSS JOIN LATERAL unnest(o.chunk_ids, o.impacts) AS x(chunk_id, impact)
-        LEFT JOIN posting_tombstones t USING ({GROUP})
-        WHERE t.chunk_ids IS NULL OR x.chunk_id <> ALL(t.chunk_ids)
-    ), made AS (
-        INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
-        {cut_blocks("live")}
-        RETURNING {GROUP}, cardinality(chunk_ids) < {BLOCK_SIZE} AS part
-    ), delta AS (
-        SELECT {GROUP}, sum(n) AS n, sum(p) AS p
-        FROM (SELECT {GROUP}, -1 AS n, -1 AS p FROM old
-              UNION ALL SELECT {GROUP}, 1, part::int FROM made) AS x
-        GROUP BY 1, 2, 3
-    )
-    UPDATE term_stats s SET blocks = s.blocks + COALESCE(d.n, 0),
-                            partial = s.partial + COALESCE(d.p, 0),
-                            due = {due("s.partial + COALESCE(d.p, 0)", "s.fresh", "s.df")}
-    FROM g LEFT JOIN delta d USING ({GROUP})
-    WHERE (s.lexeme, s.permission_scope, s.lifecycle)
-          = (g.lexeme, g.permission_scope, g.lifecycle)
-"""
+
+_REWRITE = _merge(tail=False)
+_RECUT_TAIL = _merge(tail=True)
 
 
 def _columns(groups: Any) -> dict[str, list[str]]:
