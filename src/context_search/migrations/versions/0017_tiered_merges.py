@@ -7,9 +7,10 @@ Create Date: 2026-12-06
 Each write appends at most one partial block to each group it touches. Migration 0014 made a
 group due for a merge by its count of blocks, so a few hundred writes of a few postings each
 made a merge rewrite a group of thousands (``python -m benchmarks footprint``: streaming
-5,000 records per ``upsert`` went from 166 to 229 chunks/s with this migration). ``term_stats`` gains
-``partial`` (the group's blocks under 128 postings) and ``fresh`` (postings written into it
-since its last full merge), the triggers keep both, and ``due`` now means a tail merge
+5,000 records per ``upsert`` went from 166 to 229 chunks/s with this migration).
+``term_stats`` gains ``partial`` (the group's blocks under 128 postings) and ``fresh``
+(postings written into it since its last full merge), the triggers keep both, and ``due``
+now means a tail merge
 (partial blocks alone, recut) or a full merge (the postings since the last one are as many
 as the rest) is due (``postgres/engine/postings.py``).
 
