@@ -139,13 +139,13 @@ BUILD_DEFERRED = f"""
     ), b AS (
         INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
         {{blocks}}
-        RETURNING {GROUP}, cardinality(chunk_ids) < {BLOCK_SIZE} AS part
+        RETURNING {GROUP}, cardinality(chunk_ids) AS n
     )
-    -- The listed chunks' document frequencies are counted here, with their blocks.
+    -- The listed chunks' document frequencies are counted here: their postings, which are
+    -- all in the blocks just cut (a listed chunk's document is not deleted).
     INSERT INTO term_stats AS s ({GROUP}, df, blocks, partial)
-    SELECT {GROUP}, sum(df), sum(blocks), sum(part)
-    FROM (SELECT {GROUP}, 0 AS df, 1 AS blocks, part::int AS part FROM b
-          UNION ALL SELECT {GROUP}, 1, 0, 0 FROM p) AS d
+    SELECT {GROUP}, sum(n), count(*), count(*) FILTER (WHERE n < {BLOCK_SIZE})
+    FROM b
     GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
     ON CONFLICT ({GROUP}) DO UPDATE
     SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
@@ -168,17 +168,20 @@ def cut_blocks(postings: str) -> str:
     """``SELECT`` of block rows (the columns of ``posting_blocks``) from ``postings``, a
     ``FROM`` item with ``lexeme, permission_scope, lifecycle, chunk_id, impact``: each
     group's postings in impact order (then chunk id, so the order is total), cut every
-    :data:`BLOCK_SIZE`."""
+    :data:`BLOCK_SIZE`. One sort feeds both ordered aggregates and the arrays are sliced
+    (a window numbering the postings cost a second sort and a pass per posting)."""
     return f"""
-        SELECT lexeme, permission_scope, lifecycle, max(impact) AS max_impact,
-               array_agg(chunk_id ORDER BY impact DESC, chunk_id) AS chunk_ids,
-               array_agg(impact ORDER BY impact DESC, chunk_id) AS impacts
-        FROM (SELECT p.lexeme, p.permission_scope, p.lifecycle, p.chunk_id, p.impact,
-                     (row_number() OVER (PARTITION BY p.lexeme, p.permission_scope, p.lifecycle
-                                         ORDER BY p.impact DESC, p.chunk_id) - 1)
-                         / {BLOCK_SIZE} AS block
-              FROM {postings} AS p) AS numbered
-        GROUP BY lexeme, permission_scope, lifecycle, block"""
+        SELECT a.lexeme, a.permission_scope, a.lifecycle,
+               a.impacts[k * {BLOCK_SIZE} + 1] AS max_impact,
+               a.chunk_ids[k * {BLOCK_SIZE} + 1 : (k + 1) * {BLOCK_SIZE}] AS chunk_ids,
+               a.impacts[k * {BLOCK_SIZE} + 1 : (k + 1) * {BLOCK_SIZE}] AS impacts
+        FROM (SELECT p.lexeme, p.permission_scope, p.lifecycle,
+                     array_agg(p.chunk_id ORDER BY p.impact DESC, p.chunk_id) AS chunk_ids,
+                     array_agg(p.impact ORDER BY p.impact DESC, p.chunk_id) AS impacts
+              FROM {postings} AS p
+              GROUP BY p.lexeme, p.permission_scope, p.lifecycle) AS a
+        CROSS JOIN LATERAL
+            generate_series(0, (cardinality(a.chunk_ids) - 1) / {BLOCK_SIZE}) AS k"""
 
 
 def _born(rows: str, schema: str, tiered: bool) -> str:
