@@ -93,14 +93,9 @@ def due(partial: str, fresh: str, df: str) -> str:
     return f"(({partial}) > {PARTIAL_DUE} OR {full_due(fresh, df)})"
 
 
-def _fresh_after(added: str) -> str:
-    """``term_stats.fresh`` (row ``s``) after a statement appended ``added`` postings to the
-    group: a group that had no blocks now has one sorted run, as a full merge leaves it."""
-    return f"CASE WHEN s.blocks = 0 THEN s.fresh ELSE s.fresh + {added} END"
-
-
-#: A trigger's statement: the postings it appended to a group are its ``df`` delta.
-_FRESH_AFTER = _fresh_after("EXCLUDED.df")
+#: ``term_stats.fresh`` (row ``s``) after a statement appended its ``df`` delta of postings to
+#: the group: a group that had no blocks now has one sorted run, as a full merge leaves it.
+_FRESH_AFTER = "CASE WHEN s.blocks = 0 THEN s.fresh ELSE s.fresh + EXCLUDED.df END"
 #: ``term_stats.due`` after an upsert adds ``EXCLUDED``'s counts to the row's.
 _DUE_AFTER = due("s.partial + EXCLUDED.partial", _FRESH_AFTER, "s.df + EXCLUDED.df")
 
