@@ -7,7 +7,7 @@ log reproduces the same order whichever backend wrote it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,14 +16,21 @@ from context_search.text.scripts import coverage
 
 __all__ = [
     "MIN_COVERAGE",
+    "ArmEvidence",
     "ArmPlan",
+    "ArmWeights",
     "FusionMethod",
     "FusionSettings",
+    "Weighting",
+    "arm_evidence",
     "fuse_from_params",
     "plan_arms",
 ]
 
 FusionMethod = Literal["rrf", "convex"]
+#: ``evidence``: the vector arm's weight follows what its own pool and the lexical arm's say
+#: about this query (:func:`arm_evidence`); ``fixed``: the weight the arm plan gives.
+Weighting = Literal["evidence", "fixed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,21 +39,42 @@ class FusionSettings:
     the arms that found the document. ``convex``: ``lexical_weight`` x lexical score / best
     lexical score + ``(1 - lexical_weight) x vector_weight`` x cosine similarity (negative
     similarities count as 0). ``pool_size`` bounds each arm; ``vector_weight`` is decided
-    per query by :func:`plan_arms` and recorded in the rank log's params."""
+    per query (:func:`plan_arms`, then :func:`arm_evidence` unless ``weighting`` is
+    ``fixed``) and recorded in the rank log's params.
 
-    method: FusionMethod = "rrf"
+    Convex is the default: RRF's scores for neighbouring lexical ranks differ by a few
+    ten-thousandths, so any vector weight at all reorders a lexical arm's confident head,
+    and a weak vector arm drags it down; a convex combination moves it only as far as
+    the cosines actually differ (see BENCHMARKS.md#fusion for the table across data sets
+    and embedders)."""
+
+    method: FusionMethod = "convex"
     rrf_k: int = 60
     lexical_weight: float = 0.5
     pool_size: int = 100
+    weighting: Weighting = "evidence"
 
-    def params(self, vector_weight: float = 1.0) -> dict[str, float]:
-        """The rank log's params: everything needed to recompute every fused score."""
+    def params(self, weights: ArmWeights | float = 1.0) -> dict[str, float]:
+        """The rank log's params: everything needed to recompute every fused score, and the
+        signals that set the vector arm's weight (``evidence_*``, see :class:`ArmEvidence`)."""
         if self.method == "rrf":
             out = {"k": float(self.rrf_k), "pool_size": float(self.pool_size)}
         else:
             out = {"lexical_weight": self.lexical_weight, "pool_size": float(self.pool_size)}
-        out["vector_weight"] = vector_weight
+        if isinstance(weights, ArmWeights):
+            out["vector_weight"] = weights.vector_weight
+            if weights.evidence is not None:
+                out.update(weights.evidence.params(weights.script_weight))
+        else:
+            out["vector_weight"] = weights
         return out
+
+    def weigh(self, plan: ArmPlan, evidence: ArmEvidence | None) -> ArmWeights:
+        """The vector arm's weight for one search: the arm plan's, times the evidence's
+        factor when this fusion weighs by evidence; the notes say why."""
+        if self.weighting == "fixed" or evidence is None or not plan.vector_used:
+            return ArmWeights(plan.vector_weight, None, plan.notes)
+        return ArmWeights(plan.vector_weight, evidence, (*plan.notes, *evidence.notes()))
 
     def fuse(self, parts: ScoreParts, top_lexical: float, vector_weight: float = 1.0) -> float:
         return fuse_from_params(self.method, self.params(vector_weight), parts, top_lexical)
@@ -110,3 +138,110 @@ def plan_arms(query: str, scripts: frozenset[str] | None, model_id: str) -> ArmP
             f"{model_id} does not cover (it covers {covered})",
         ),
     )
+
+
+#: The heads of the two arms compared for agreement.
+EVIDENCE_HEAD = 10
+#: With fewer documents in the vector arm's pool there is no tail to measure chance by.
+EVIDENCE_MIN_POOL = 12
+#: This many documents at the head of both arms: they corroborate each other.
+AGREEMENT_FULL = 2
+#: A best similarity this many tail widths above chance gives the vector arm full weight.
+EXCESS_FULL = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ArmEvidence:
+    """What one query's candidates say about the vector arm, needing no declaration.
+
+    An embedder that cannot read a query (another script, or no signal at all) still ranks
+    every document; what gives it away is the shape of its pool. The similarities at the
+    top of N draws spread like an exponential tail, so the mean excess of the pool's tail
+    over its last similarity (ranks 11 to K-1) measures that tail's width beta, and by
+    chance the best similarity stands ``H(K-1)`` (the harmonic number) widths above the
+    last. ``excess`` is how far above that the best one is: about 0 for noise, several for
+    an arm that found something. ``agreement`` counts the documents at the head of both
+    arms. ``factor`` scales the arm's weight: 1 with ``AGREEMENT_FULL`` shared heads more
+    than chance gives, else
+    ``excess / EXCESS_FULL`` clipped to [0, 1], and 1 (today's fusion) when the evidence is
+    inconclusive (``excess`` None): a pool too small or flat, or no lexical candidate to
+    prefer. PostgreSQL computes the same arithmetic in SQL (``read/sql/hybrid.py``)."""
+
+    vector_pool: int
+    agreement: int
+    excess: float | None
+    factor: float
+
+    def params(self, script_weight: float) -> dict[str, float]:
+        out = {
+            "script_weight": script_weight,
+            "evidence_factor": self.factor,
+            "evidence_agreement": float(self.agreement),
+            "evidence_pool": float(self.vector_pool),
+        }
+        if self.excess is not None:
+            out["evidence_excess"] = self.excess
+        return out
+
+    def notes(self) -> tuple[str, ...]:
+        if self.factor >= 1.0:
+            return ()
+        return (
+            f"vector arm weighted {self.factor:.2f} by its evidence: its best similarity "
+            f"stands {self.excess:.2f} tail widths above chance and the arms share "
+            f"{self.agreement} of their top {EVIDENCE_HEAD}",
+        )
+
+
+def evidence_factor(excess: float | None, agreement: int, pool: int) -> float:
+    """1 when inconclusive or when the heads agree beyond chance (two heads of ``pool``
+    documents share ``EVIDENCE_HEAD**2 / pool`` by chance), else the clipped excess."""
+    if excess is None or agreement >= AGREEMENT_FULL + EVIDENCE_HEAD * EVIDENCE_HEAD / pool:
+        return 1.0
+    return min(max(excess / EXCESS_FULL, 0.0), 1.0)
+
+
+def arm_evidence(parts: Iterable[ScoreParts]) -> ArmEvidence:
+    """The evidence of one query's fused candidates (every one, as the rank log lists them).
+    Sums run in rank order, term by term, as PostgreSQL's ordered aggregates do, so both
+    compute the same floating-point values."""
+    lexical = False
+    agreement = 0
+    ranked: list[tuple[int, float]] = []
+    for p in parts:
+        lexical = lexical or p.lexical_rank is not None
+        if p.vector_rank is not None:
+            ranked.append((p.vector_rank, p.vector_similarity or 0.0))
+            if p.lexical_rank is not None and max(p.lexical_rank, p.vector_rank) <= EVIDENCE_HEAD:
+                agreement += 1
+    ranked.sort()
+    k = len(ranked)
+    excess: float | None = None
+    if lexical and k >= EVIDENCE_MIN_POOL:
+        best, last = ranked[0][1], ranked[-1][1]
+        width = 0.0
+        for _, sim in ranked[EVIDENCE_HEAD : k - 1]:
+            width += sim - last
+        width /= k - 1 - EVIDENCE_HEAD
+        if width > 0:
+            chance = 0.0
+            for j in range(1, k):
+                chance += 1.0 / j
+            excess = (best - last) / width - chance
+    return ArmEvidence(k, agreement, excess, evidence_factor(excess, agreement, k))
+
+
+@dataclass(frozen=True, slots=True)
+class ArmWeights:
+    """The vector arm's weight in one search: the arm plan's (``script_weight``) times the
+    evidence's factor (``evidence`` None: fixed weighting, or no vector arm)."""
+
+    script_weight: float
+    evidence: ArmEvidence | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def vector_weight(self) -> float:
+        if self.evidence is None:
+            return self.script_weight
+        return self.script_weight * self.evidence.factor

@@ -37,7 +37,7 @@ from context_search.contract import (
     fusion_arithmetic,
 )
 from context_search.errors import IndexStaleError, RevisionMismatchError
-from context_search.fusion import FusionSettings
+from context_search.fusion import ArmPlan, ArmWeights, FusionSettings, arm_evidence
 from context_search.text.highlight import highlight_spans, query_terms
 from context_search.validation import MAX_WINDOW, ValidQuery
 
@@ -127,6 +127,8 @@ class Ranking:
     lexical_matches: int
     lifecycle_filtered: int
     filter_filtered: int
+    #: The vector arm's weight the candidates were fused with, and what set it.
+    weights: ArmWeights
 
     @property
     def top_lexical(self) -> float:
@@ -158,22 +160,25 @@ class ArmScores:
 
 
 def fused_candidates(
-    arms: Mapping[str, ArmScores], fusion: FusionSettings, vector_weight: float
-) -> list[Candidate]:
+    arms: Mapping[str, ArmScores], fusion: FusionSettings, plan: ArmPlan
+) -> tuple[list[Candidate], ArmWeights]:
     """Candidates fused by the one definition every rank log is checked against, best first
-    (ties: doc id); convex fusion normalises by the best lexical score among them."""
+    (ties: doc id), and the vector arm's weight they were fused with: the arm plan's, times
+    what the arms' evidence says (:func:`~context_search.fusion.arm_evidence`). Convex fusion
+    normalises by the best lexical score among them."""
+    weights = fusion.weigh(plan, arm_evidence(a.parts() for a in arms.values()))
     top_lexical = max((a.lexical_score or 0.0 for a in arms.values()), default=0.0)
     candidates = [
         Candidate.of(
             doc_id=doc_id,
-            parts=a.parts(fusion.fuse(a.parts(), top_lexical, vector_weight)),
+            parts=a.parts(fusion.fuse(a.parts(), top_lexical, weights.vector_weight)),
             terms=a.terms,
             chunk_ordinal=a.chunk_ordinal,
         )
         for doc_id, a in arms.items()
     ]
     candidates.sort(key=lambda c: (-c.entry.fused, c.doc_id))
-    return candidates
+    return candidates, weights
 
 
 @dataclass(frozen=True, slots=True)

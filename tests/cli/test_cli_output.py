@@ -146,7 +146,7 @@ def test_explain_says_which_arms_matched_and_why_the_rank(
     hit = explain("runbook", "aurora restarts")
     assert "runbook: matched, ranked 1st" in hit
     assert "lexical: matched aurora" in hit and "1st in the lexical arm" in hit
-    assert "fused: " in hit and "rrf, k=60, vector weight 1" in hit
+    assert "fused: " in hit and "convex, lexical weight 0.5, vector weight 1" in hit
     assert "within the top 5" in hit
     # No query word and a similarity of 0 (hashing embedder): ranked, by the vector arm
     # alone, but not a match.

@@ -22,11 +22,13 @@ class TestPostgresConformance(ConformanceSuite):
         self, context_search_dsn: str, context_search_embedder: Embedder
     ) -> ConnectorFactory:
         @contextmanager
-        def make() -> Iterator[SearchConnector]:
+        def make(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
             with (
                 temporary_schema(context_search_dsn, prefix="cs_conf_") as schema,
                 PostgresSearchConnector.open(
-                    context_search_dsn, embedder=context_search_embedder, schema=schema
+                    context_search_dsn,
+                    embedder=embedder or context_search_embedder,
+                    schema=schema,
                 ) as connector,
             ):
                 if self.partitioned_scopes is not None:

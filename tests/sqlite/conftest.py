@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from context_search import HashingEmbedder, SearchConnector
+from context_search import Embedder, HashingEmbedder, SearchConnector
 from context_search.conformance import ConnectorFactory
 from context_search.sqlite import SQLiteSearchConnector
 
@@ -24,9 +24,9 @@ def file_factory(directory: Path) -> ConnectorFactory:
     counter = itertools.count()
 
     @contextmanager
-    def make() -> Iterator[SearchConnector]:
+    def make(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
         with SQLiteSearchConnector.open(
-            str(directory / f"case-{next(counter)}.db"), embedder=HashingEmbedder()
+            str(directory / f"case-{next(counter)}.db"), embedder=embedder or HashingEmbedder()
         ) as c:
             yield c
 

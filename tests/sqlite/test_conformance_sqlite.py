@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from context_search import HashingEmbedder, SearchConnector
+from context_search import Embedder, HashingEmbedder, SearchConnector
 from context_search.conformance import CASES, ConnectorFactory, run_conformance
 from context_search.sqlite import SQLiteSearchConnector
 from context_search.testing import ConformanceSuite
@@ -26,8 +26,10 @@ class TestSQLiteFileConformance(ConformanceSuite):
 
 def test_in_memory_database_passes_every_case() -> None:
     @contextmanager
-    def make() -> Iterator[SearchConnector]:
-        with SQLiteSearchConnector.open(":memory:", embedder=HashingEmbedder()) as connector:
+    def make(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
+        with SQLiteSearchConnector.open(
+            ":memory:", embedder=embedder or HashingEmbedder()
+        ) as connector:
             yield connector
 
     report = run_conformance(make)

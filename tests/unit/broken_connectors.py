@@ -476,6 +476,16 @@ class UnexplainedVectorWeight(Broken):
         return replace(resp, rank_log=replace(resp.rank_log, params=params))
 
 
+class FixedWeightFusion(Broken):
+    """Fuses by RRF with the vector arm at the weight the arm plan gives, whatever the arms'
+    evidence says: a vector arm of noise drags a lexical arm's exact match down."""
+
+    catches = ("noise_embedder_cannot_bury_an_exact_passage",)
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**{**options, "fusion": "rrf", "weighting": "fixed"})
+
+
 class IgnoresOffset(Broken):
     """Answers every page with the first one."""
 

@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import pytest
 
-from context_search import InMemorySearchConnector, SearchConnector
+from context_search import Embedder, InMemorySearchConnector, SearchConnector
 from context_search.conformance import (
     CASES,
     ConformanceFailure,
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.unit
 
 def _factory(cls: type[InMemorySearchConnector]) -> ConnectorFactory:
     @contextmanager
-    def make() -> Iterator[SearchConnector]:
-        with cls() as connector:
+    def make(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
+        with cls(embedder=embedder) as connector:
             yield connector
 
     return make

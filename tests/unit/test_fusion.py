@@ -100,7 +100,7 @@ def _corpus() -> list[ContextDocumentRecord]:
 
 
 def test_latin_only_embedder_leaves_chinese_queries_to_the_lexical_arm() -> None:
-    with InMemorySearchConnector(embedder=HashingEmbedder(scripts=["Latin"])) as c:
+    with InMemorySearchConnector(embedder=HashingEmbedder(scripts=["Latin"]), fusion="rrf") as c:
         c.upsert(_corpus())
         query = SearchQuery(query="极光服务什么时候重启", allowed_scopes=["team"])
         resp = c.search(query)

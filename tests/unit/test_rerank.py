@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from context_search import InMemorySearchConnector, SearchConnector
+from context_search import Embedder, InMemorySearchConnector, SearchConnector
 from context_search.conformance import CASES, ConformanceFailure, ConnectorFactory, run_case
 from context_search.conformance.corpus import PUBLIC, RESTRICTED, TEAM, standard_corpus
 from context_search.contract import EvidenceHit, SearchQuery, SearchResponse
@@ -52,8 +52,9 @@ class TestRerankedReferenceConnector(ConformanceSuite):
     @pytest.fixture
     def connector_factory(self) -> ConnectorFactory:
         @contextmanager
-        def make() -> Iterator[SearchConnector]:
-            with RerankingConnector(InMemorySearchConnector(), Overlap(), top_n=5) as c:
+        def make(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
+            inner = InMemorySearchConnector(embedder=embedder)
+            with RerankingConnector(inner, Overlap(), top_n=5) as c:
                 yield c
 
         return make

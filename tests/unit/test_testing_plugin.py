@@ -47,8 +47,8 @@ class TestMyConnector(ConformanceSuite):
     @pytest.fixture
     def connector_factory(self):
         @contextmanager
-        def make():
-            with InMemorySearchConnector() as connector:
+        def make(embedder=None):
+            with InMemorySearchConnector(embedder=embedder) as connector:
                 yield connector
 
         return make
@@ -101,8 +101,8 @@ class TestForgetful(ConformanceSuite):
     @pytest.fixture
     def connector_factory(self):
         @contextmanager
-        def make():
-            with Forgetful() as connector:
+        def make(embedder=None):
+            with Forgetful(embedder=embedder) as connector:
                 yield connector
 
         return make

@@ -21,6 +21,7 @@ from context_search.conformance import (
     run_conformance,
 )
 from context_search.contract import SearchConnector
+from context_search.embedding import Embedder
 from context_search.errors import InvalidConfigError
 from context_search.memory import InMemorySearchConnector
 
@@ -33,8 +34,8 @@ class Backend(enum.StrEnum):
 
 
 @contextmanager
-def _memory() -> Iterator[SearchConnector]:
-    with InMemorySearchConnector() as connector:
+def _memory(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
+    with InMemorySearchConnector(embedder=embedder) as connector:
         yield connector
 
 
@@ -51,10 +52,12 @@ def _postgres_factory(dsn: str | None, *, asyncio: bool = False) -> ConnectorFac
     opener = open_blocking if asyncio else PostgresSearchConnector.open
 
     @contextmanager
-    def make() -> Iterator[SearchConnector]:
+    def make(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
         schema = f"cs_conformance_{uuid.uuid4().hex[:10]}"
         try:
-            with opener(server.dsn, embedder=HashingEmbedder(), schema=schema) as connector:
+            with opener(
+                server.dsn, embedder=embedder or HashingEmbedder(), schema=schema
+            ) as connector:
                 yield connector
         finally:
             drop_index(server.dsn, schema)
@@ -63,7 +66,7 @@ def _postgres_factory(dsn: str | None, *, asyncio: bool = False) -> ConnectorFac
 
 
 @contextmanager
-def _sqlite() -> Iterator[SearchConnector]:
+def _sqlite(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
     """Each case gets its own database file (WAL, the real index path), deleted after."""
     import tempfile
     from pathlib import Path
@@ -74,7 +77,7 @@ def _sqlite() -> Iterator[SearchConnector]:
     with (
         tempfile.TemporaryDirectory(prefix="cs-conformance-") as tmp,
         SQLiteSearchConnector.open(
-            str(Path(tmp) / "index.db"), embedder=HashingEmbedder()
+            str(Path(tmp) / "index.db"), embedder=embedder or HashingEmbedder()
         ) as connector,
     ):
         yield connector

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -9,6 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from context_search.contract import SearchConnector
+from context_search.embedding import Embedder
 
 __all__ = [
     "CASES",
@@ -24,7 +26,9 @@ __all__ = [
 ]
 
 #: Returns a context manager yielding a *fresh, empty* connector; it is closed after the case.
-ConnectorFactory = Callable[[], AbstractContextManager[SearchConnector]]
+#: The cases about fusion call it with ``embedder=`` (an embedder of their own, e.g. one
+#: whose vectors carry no signal): a factory builds that connector with it.
+ConnectorFactory = Callable[..., AbstractContextManager[SearchConnector]]
 
 
 class ConformanceFailure(AssertionError):
@@ -37,19 +41,22 @@ class Case:
     group: str
     rule: str
     func: Callable[[SearchConnector], None]
+    #: The case's connector is built with this embedder (``None``: the factory's own).
+    embedder: Callable[[], Embedder] | None = None
 
 
 CASES: list[Case] = []
 
 
 def case(
-    group: str,
+    group: str, *, embedder: Callable[[], Embedder] | None = None
 ) -> Callable[[Callable[[SearchConnector], None]], Callable[[SearchConnector], None]]:
-    """Register a case; its docstring's first line is the rule it checks."""
+    """Register a case; its docstring's first line is the rule it checks. ``embedder``:
+    the case needs a connector built with that embedder."""
 
     def register(func: Callable[[SearchConnector], None]) -> Callable[[SearchConnector], None]:
         rule = (func.__doc__ or func.__name__).strip().splitlines()[0]
-        CASES.append(Case(name=func.__name__, group=group, rule=rule, func=func))
+        CASES.append(Case(name=func.__name__, group=group, rule=rule, func=func, embedder=embedder))
         return func
 
     return register
@@ -87,7 +94,17 @@ class ConformanceReport:
 
 def run_case(item: Case, factory: ConnectorFactory) -> None:
     """Run one case on a fresh connector; raises ConformanceFailure on a violation."""
-    with factory() as connector:
+    if item.embedder is None:
+        made = factory()
+    else:
+        params = inspect.signature(factory).parameters.values()
+        if not any(p.name == "embedder" or p.kind is p.VAR_KEYWORD for p in params):
+            raise ConformanceFailure(
+                f"{item.name} needs a connector built with an embedder of its own: the "
+                "connector factory must accept an `embedder` keyword"
+            )
+        made = factory(embedder=item.embedder())
+    with made as connector:
         item.func(connector)
 
 

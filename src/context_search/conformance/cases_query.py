@@ -9,8 +9,13 @@ checks look at lexical ranks only.
 from __future__ import annotations
 
 from context_search.conformance._registry import case, check
-from context_search.conformance.cases_results import _recompute
-from context_search.conformance.corpus import TEAM, standard_corpus
+from context_search.conformance.cases_results import _recompute, _weight_follows_evidence
+from context_search.conformance.corpus import (
+    TEAM,
+    NoiseEmbedder,
+    passage_corpus,
+    standard_corpus,
+)
 from context_search.contract import (
     ContextDocumentRecord,
     SearchConnector,
@@ -110,3 +115,18 @@ def vector_weight_is_explained(c: SearchConnector) -> None:
                 all(n in notes for n in log.notes),
                 f"{text!r}: explain({hit.doc_id}) lacks the rank log's notes {log.notes!r}",
             )
+
+
+@case("query", embedder=NoiseEmbedder)
+def noise_embedder_cannot_bury_an_exact_passage(c: SearchConnector) -> None:
+    """With an embedder whose vectors carry no signal, a query made of one passage's exact
+    words (unquoted, so nothing filters) keeps that passage in the top 3, and the weight the
+    vector arm was fused with follows from the rank log's own candidates."""
+    corpus = passage_corpus()
+    c.upsert(corpus)
+    for record in corpus[:10]:
+        words = " ".join(record.body.split()[:8])
+        resp = c.search(SearchQuery(query=words, allowed_scopes=[TEAM], top_k=3))
+        top = [h.doc_id for h in resp.hits]
+        check(record.document_id in top, f"{words!r}: {record.document_id} not in top 3 {top}")
+        _weight_follows_evidence(resp.rank_log, words)

@@ -10,12 +10,13 @@ from context_search.contract import (
     ContextDocumentRecord,
     GapReport,
     RankLog,
+    RankLogEntry,
     ScoreParts,
     SearchConnector,
     SearchQuery,
     content_id_for,
 )
-from context_search.fusion import fuse_from_params
+from context_search.fusion import arm_evidence, fuse_from_params
 from context_search.rerank import final_order
 
 
@@ -56,26 +57,36 @@ def hits_carry_provenance(c: SearchConnector) -> None:
         check(hit.content_id == doc.content_id, f"{hit.doc_id}: content_id mismatch")
 
 
+def _parts(e: RankLogEntry) -> ScoreParts:
+    return ScoreParts(
+        lexical_rank=e.lexical_rank,
+        lexical_score=e.lexical_score,
+        vector_rank=e.vector_rank,
+        vector_similarity=e.vector_similarity,
+        fused=e.fused,
+    )
+
+
 def _recompute(log: RankLog) -> list[tuple[str, float]]:
     top = max((x.lexical_score or 0.0 for x in log.entries), default=0.0)
     return [
-        (
-            e.doc_id,
-            fuse_from_params(
-                log.method,
-                log.params,
-                ScoreParts(
-                    lexical_rank=e.lexical_rank,
-                    lexical_score=e.lexical_score,
-                    vector_rank=e.vector_rank,
-                    vector_similarity=e.vector_similarity,
-                    fused=e.fused,
-                ),
-                top,
-            ),
-        )
-        for e in log.entries
+        (e.doc_id, fuse_from_params(log.method, log.params, _parts(e), top)) for e in log.entries
     ]
+
+
+def _weight_follows_evidence(log: RankLog, what: str) -> None:
+    """The vector weight a rank log was fused with is the one its own candidates give
+    (:func:`~context_search.fusion.arm_evidence`), when the fusion weighs by evidence."""
+    params = log.params
+    if "evidence_factor" not in params:
+        return
+    factor = arm_evidence(_parts(e) for e in log.entries).factor
+    check(
+        abs(params["evidence_factor"] - factor) <= 1e-9
+        and abs(params["vector_weight"] - params["script_weight"] * factor) <= 1e-9,
+        f"{what}: fused with vector weight {params['vector_weight']} (evidence factor "
+        f"{params['evidence_factor']}), its candidates give factor {factor}",
+    )
 
 
 @case("results")
@@ -88,6 +99,7 @@ def rank_log_reproduces_order(c: SearchConnector) -> None:
     check(len(log.entries) >= len(resp.hits), "rank_log has fewer entries than hits")
     for (doc_id, fused), e in zip(_recompute(log), log.entries, strict=True):
         check(abs(fused - e.fused) < 1e-6, f"{doc_id}: fused {e.fused} != recomputed {fused}")
+    _weight_follows_evidence(log, "aurora basalt restart")
     order = final_order(log)  # fused order, or a reranking stage's when the log has one
     ranked = [e.doc_id for e in order if e.final_rank is not None]
     check(

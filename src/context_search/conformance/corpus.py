@@ -6,11 +6,24 @@ term regardless of the backend's scoring, so cases test rules, not ranking quali
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from datetime import UTC, datetime
+
+import numpy as np
+import numpy.typing as npt
 
 from context_search.contract import ContextDocumentRecord, Lifecycle
 
-__all__ = ["PUBLIC", "RESTRICTED", "TEAM", "standard_corpus", "ts"]
+__all__ = [
+    "PUBLIC",
+    "RESTRICTED",
+    "TEAM",
+    "NoiseEmbedder",
+    "passage_corpus",
+    "standard_corpus",
+    "ts",
+]
 
 TEAM = "team"
 RESTRICTED = "restricted"
@@ -130,4 +143,105 @@ def standard_corpus() -> list[ContextDocumentRecord]:
             updated_at=ts(15),
             created_at=ts(6),
         ),
+    ]
+
+
+class NoiseEmbedder:
+    """An embedder whose vectors carry no signal: a unit vector drawn from a generator seeded
+    by the text's hash. It indexes and searches like any embedder and knows nothing, which
+    is what a service's own model looks like to fusion on text it cannot read."""
+
+    scripts = None
+    model_id = "noise-v1-64"
+    dimension = 64
+
+    def _embed(self, text: str) -> npt.NDArray[np.float32]:
+        seed = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest())
+        v = np.random.default_rng(seed).standard_normal(self.dimension)
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    def embed_documents(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.stack([self._embed(t) for t in texts])
+
+    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        return self._embed(text)
+
+
+_WORDS = [
+    "harbor",
+    "lantern",
+    "meadow",
+    "copper",
+    "violin",
+    "glacier",
+    "orchard",
+    "saddle",
+    "timber",
+    "beacon",
+    "canyon",
+    "falcon",
+    "garnet",
+    "hollow",
+    "island",
+    "jasmine",
+    "kettle",
+    "lagoon",
+    "marble",
+    "nectar",
+    "oyster",
+    "pebble",
+    "quarry",
+    "ribbon",
+    "summit",
+    "thistle",
+    "umbrella",
+    "valley",
+    "walnut",
+    "yonder",
+    "zephyr",
+    "anchor",
+    "bramble",
+    "cedar",
+    "dune",
+    "ember",
+    "fjord",
+    "grove",
+    "heron",
+    "ivory",
+    "juniper",
+    "kelp",
+    "linen",
+    "mosaic",
+    "nutmeg",
+    "opal",
+    "prairie",
+    "quiver",
+    "raven",
+    "saffron",
+    "tundra",
+    "urchin",
+    "velvet",
+    "willow",
+    "almond",
+    "breeze",
+    "cactus",
+    "delta",
+    "egret",
+]
+
+
+def passage_corpus(n: int = 40, words: int = 14) -> list[ContextDocumentRecord]:
+    """``n`` passages of ``words`` distinct words each from one shared vocabulary, so a
+    query of one passage's words also matches many others in part: the lexical arm ranks
+    that passage first and a vector arm decides the rest."""
+    size = len(_WORDS)
+    return [
+        ContextDocumentRecord(
+            document_id=f"passage-{i:02d}",
+            body=" ".join(_WORDS[(7 * i + 11 * j) % size] for j in range(words)) + ".",
+            permission_scope=TEAM,
+        )
+        for i in range(n)
     ]

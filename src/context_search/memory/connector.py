@@ -57,15 +57,17 @@ __all__ = ["InMemorySearchConnector"]
 class InMemorySearchConnector(MemoryWrites):
     """Reference :class:`~context_search.contract.SearchConnector` held in a dict.
 
-    ``fusion="rrf"`` (default, ``rrf_k``) or ``"convex"`` (``lexical_weight``) mirror the
-    PostgreSQL adapter's options; ``pool_size`` bounds each arm's candidate list.
+    ``fusion="convex"`` (default, ``lexical_weight``) or ``"rrf"`` (``rrf_k``) and
+    ``weighting`` mirror the PostgreSQL adapter's options; ``pool_size`` bounds each arm's
+    candidate list.
     """
 
     def __init__(
         self,
         *,
         embedder: Embedder | None = None,
-        fusion: Literal["rrf", "convex"] = "rrf",
+        fusion: Literal["rrf", "convex"] = "convex",
+        weighting: Literal["evidence", "fixed"] = "evidence",
         rrf_k: int = 60,
         lexical_weight: float = 0.5,
         pool_size: int = 100,
@@ -76,7 +78,11 @@ class InMemorySearchConnector(MemoryWrites):
     ) -> None:
         self._embedder = embedder or HashingEmbedder()
         self._fusion = FusionSettings(
-            method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
+            method=fusion,
+            rrf_k=rrf_k,
+            lexical_weight=lexical_weight,
+            pool_size=pool_size,
+            weighting=weighting,
         )
         self._chunk_bytes = chunk_bytes
         self._chunk_overlap = chunk_overlap
@@ -171,8 +177,8 @@ class InMemorySearchConnector(MemoryWrites):
                 vq,
                 ranking,
                 method=self._fusion.method,
-                params=self._fusion.params(plan.vector_weight),
-                notes=plan.notes,
+                params=self._fusion.params(ranking.weights),
+                notes=ranking.weights.notes,
                 hit_for=self._hit,
                 readable={d: self._index_state(s) for d, s in readable.items()},
                 active_config=self._config_revision,
@@ -250,16 +256,16 @@ class InMemorySearchConnector(MemoryWrites):
             stored = readable.get(doc_id)
             if stored is None:
                 raise NotFoundError("document not found")
-            plan = self._plan(vq)
+            ranking = self._rank(readable, vq, self._plan(vq))
             return assemble_explanation(
                 doc_id,
                 vq,
-                self._rank(readable, vq, plan),
+                ranking,
                 lifecycle=stored.lifecycle,
                 filter_verdicts=[(c.field, record_matches(stored.record, [c])) for c in vq.filters],
                 method=self._fusion.method,
-                params=self._fusion.params(plan.vector_weight),
-                notes=plan.notes,
+                params=self._fusion.params(ranking.weights),
+                notes=ranking.weights.notes,
             )
 
     def report_gap(self, report: GapReport) -> GapReceipt:

@@ -104,7 +104,7 @@ def rank(
         a.vector_rank, a.vector_similarity = position, sim
         if a.chunk_ordinal is None:
             a.chunk_ordinal = chunk
-    candidates = fused_candidates(arms, fusion, plan.vector_weight)
+    candidates, weights = fused_candidates(arms, fusion, plan)
     return Ranking(
         candidates=candidates,
         lexical_pool=min(len(lex), fusion.pool_size),
@@ -112,6 +112,7 @@ def rank(
         lexical_matches=len(lexical),
         lifecycle_filtered=lifecycle_filtered,
         filter_filtered=filter_filtered,
+        weights=weights,
     )
 
 

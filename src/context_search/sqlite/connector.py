@@ -90,8 +90,8 @@ TEXT_SEARCH_CONFIG = "sqlite-fts5-hex-tokens-v2"
 class SQLiteSearchConnector:
     """:class:`~context_search.contract.SearchConnector` on one SQLite file.
 
-    Open it with :meth:`open`. ``fusion``/``rrf_k``/``lexical_weight``/``pool_size`` mean
-    what they mean for the other connectors.
+    Open it with :meth:`open`. ``fusion``, ``weighting``, ``rrf_k``, ``lexical_weight`` and
+    ``pool_size`` mean what they mean for the other connectors.
     """
 
     def __init__(
@@ -99,7 +99,8 @@ class SQLiteSearchConnector:
         path: str,
         *,
         embedder: Embedder | None = None,
-        fusion: Literal["rrf", "convex"] = "rrf",
+        fusion: Literal["rrf", "convex"] = "convex",
+        weighting: Literal["evidence", "fixed"] = "evidence",
         rrf_k: int = 60,
         lexical_weight: float = 0.5,
         pool_size: int = 100,
@@ -113,7 +114,11 @@ class SQLiteSearchConnector:
         self._path = str(path)
         self._embedder = embedder or default_embedder()
         self._fusion = FusionSettings(
-            method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
+            method=fusion,
+            rrf_k=rrf_k,
+            lexical_weight=lexical_weight,
+            pool_size=pool_size,
+            weighting=weighting,
         )
         self._chunk_bytes = chunk_bytes
         self._chunk_overlap = chunk_overlap
@@ -393,7 +398,7 @@ class SQLiteSearchConnector:
             lexical_plan(vq.text, self._text_search_config),
             query_vector=qvec,
             fusion=self._fusion,
-            vector_weight=plan.vector_weight,
+            arm_plan=plan,
             include_superseded=vq.include_superseded,
             targets=vq.targets,
             filters=vq.filters,
@@ -416,8 +421,8 @@ class SQLiteSearchConnector:
                 vq,
                 ranking,
                 method=self._fusion.method,
-                params=self._fusion.params(plan.vector_weight),
-                notes=plan.notes,
+                params=self._fusion.params(ranking.weights),
+                notes=ranking.weights.notes,
                 hit_for=lambda c: _hit(c, stored[(c.doc_id, c.chunk_ordinal or 0)]),
                 readable=states,
                 active_config=self._config,
@@ -442,8 +447,8 @@ class SQLiteSearchConnector:
             lifecycle=found[1],
             filter_verdicts=[(c.field, record_matches(record, [c])) for c in vq.filters],
             method=self._fusion.method,
-            params=self._fusion.params(plan.vector_weight),
-            notes=plan.notes,
+            params=self._fusion.params(ranking.weights),
+            notes=ranking.weights.notes,
         )
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from context_search.fusion import FusionSettings
+from context_search.fusion import ArmPlan, FusionSettings
 from context_search.responses import ArmScores, Ranking, fused_candidates
 from context_search.sqlite.codec import LexicalPlan, decode_token, record_from_json
 from context_search.sqlite.reads import Reader
@@ -261,7 +261,7 @@ def rank(
     *,
     query_vector: npt.NDArray[np.float32] | None,
     fusion: FusionSettings,
-    vector_weight: float,
+    arm_plan: ArmPlan,
     include_superseded: bool,
     targets: tuple[str, ...] | None,
     filters: tuple[FilterClause, ...],
@@ -315,7 +315,7 @@ def rank(
         a.vector_rank, a.vector_similarity = position, sim
         if a.chunk_ordinal is None:
             a.chunk_ordinal = int(parts[b.scope].ordinals[int(b.chunks[k])])
-    candidates = fused_candidates(arms, fusion, vector_weight)
+    candidates, weights = fused_candidates(arms, fusion, arm_plan)
     return Ranking(
         candidates=candidates,
         lexical_pool=len(lex),
@@ -323,4 +323,5 @@ def rank(
         lexical_matches=matches,
         lifecycle_filtered=lifecycle_filtered,
         filter_filtered=filter_filtered,
+        weights=weights,
     )

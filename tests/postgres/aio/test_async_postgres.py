@@ -32,11 +32,13 @@ class TestAsyncPostgresConformance(ConformanceSuite):
         self, context_search_dsn: str, context_search_embedder: Embedder
     ) -> ConnectorFactory:
         @contextmanager
-        def make() -> Iterator[SearchConnector]:
+        def make(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
             with (
                 temporary_schema(context_search_dsn, prefix="cs_aconf_") as schema,
                 open_blocking(
-                    context_search_dsn, embedder=context_search_embedder, schema=schema
+                    context_search_dsn,
+                    embedder=embedder or context_search_embedder,
+                    schema=schema,
                 ) as connector,
             ):
                 yield connector

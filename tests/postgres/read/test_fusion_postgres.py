@@ -76,11 +76,12 @@ def test_mixed_query_weights_the_vector_arm_and_fuses_with_that_weight(
     log = resp.rank_log
     weight = log.params["vector_weight"]
     assert 0.5 <= weight < 1.0 and "weighted" in log.notes[0]
-    k = log.params["k"]
+    w = log.params["lexical_weight"]
+    top = max(e.lexical_score or 0.0 for e in log.entries)
     for e in log.entries:
-        lexical = 1 / (k + e.lexical_rank) if e.lexical_rank else 0.0
-        vector = 1 / (k + e.vector_rank) if e.vector_rank else 0.0
-        assert e.fused == pytest.approx(lexical + weight * vector, abs=1e-9)
+        lexical = (e.lexical_score or 0.0) / top
+        vector = max(e.vector_similarity or 0.0, 0.0)
+        assert e.fused == pytest.approx(w * lexical + (1 - w) * weight * vector, abs=1e-9)
     english = c.search(SearchQuery(query="aurora service restarts", allowed_scopes=["team"]))
     assert english.rank_log.params["vector_weight"] == 1.0 and english.rank_log.notes == ()
     assert english.rank_log.vector_candidates > 0

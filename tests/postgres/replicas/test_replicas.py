@@ -346,12 +346,12 @@ class TestConformanceOnReplica(ConformanceSuite):
         context_search_embedder: Embedder,
     ) -> ConnectorFactory:
         @contextmanager
-        def make() -> Iterator[SearchConnector]:
+        def make(embedder: Embedder | None = None) -> Iterator[SearchConnector]:
             with (
                 temporary_schema(context_search_dsn, prefix="cs_conf_") as schema,
                 PostgresSearchConnector.open(
                     context_search_dsn,
-                    embedder=context_search_embedder,
+                    embedder=embedder or context_search_embedder,
                     schema=schema,
                     read_dsns=[context_search_replica_dsn],
                     read_your_writes=True,

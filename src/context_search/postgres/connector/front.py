@@ -67,7 +67,9 @@ __all__ = ["PostgresSearchConnector"]
 class PostgresSearchConnector(ReadSide, WriteSide):
     """Hybrid retrieval over one index schema; use :meth:`open` to construct.
 
-    ``fusion`` selects RRF (default) or convex combination; ``pool_size`` bounds each arm.
+    ``fusion`` selects a convex combination (default) or RRF, ``weighting`` whether the
+    vector arm's weight follows the arms' evidence per query (default) or the arm plan alone
+    (see :class:`~context_search.fusion.FusionSettings`); ``pool_size`` bounds each arm.
     Thread-safe: every call takes its own pooled connection and transaction.
     """
 
@@ -143,7 +145,8 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         schema: str | None = None,
         read_only: bool = False,
         auto_migrate: bool | None = None,
-        fusion: Literal["rrf", "convex"] = "rrf",
+        fusion: Literal["rrf", "convex"] = "convex",
+        weighting: Literal["evidence", "fixed"] = "evidence",
         rrf_k: int = 60,
         lexical_weight: float = 0.5,
         pool_size: int = 100,
@@ -273,7 +276,11 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             embedder=embedder,
             settings=settings,
             fusion=FusionSettings(
-                method=fusion, rrf_k=rrf_k, lexical_weight=lexical_weight, pool_size=pool_size
+                method=fusion,
+                rrf_k=rrf_k,
+                lexical_weight=lexical_weight,
+                pool_size=pool_size,
+                weighting=weighting,
             ),
             owns_engine=given is None,
             planner_settings=planner,

@@ -237,20 +237,20 @@ class ReadSide:
             extra = fetch_evidence_rows(s, vq)
             trace.stage("commit")
         trace.stage("assembly")
-        result = SearchRows(rows)
+        result = SearchRows(rows, self._fusion, plan)
         _require_config(self._settings, result.active_config)
         response = assemble_response(
             vq,
             result.ranking,
             method=self._fusion.method,
-            params=self._fusion.params(plan.vector_weight),
+            params=self._fusion.params(result.ranking.weights),
             hit_for=result.hit,
             readable={**result.index_states(), **{r.doc_id: index_state(r) for r in extra}},
             active_config=result.active_config,
             pending_config=result.pending_config,
             observed_at=result.observed_at,
             propagation=result.propagation,
-            notes=plan.notes,
+            notes=result.ranking.weights.notes,
         )
         trace.finish(response, embed_cached=cached)
         if not self._stage_timings:
@@ -320,7 +320,7 @@ class ReadSide:
             rows = self._statements.fetch_candidates(
                 s, vq, qvec, detail_limit=_EXPLAIN_DETAIL, vector_weight=plan.vector_weight
             )
-        result = SearchRows(rows)
+        result = SearchRows(rows, self._fusion, plan)
         _require_config(self._settings, result.active_config)
         return assemble_explanation(
             doc_id,
@@ -331,8 +331,8 @@ class ReadSide:
                 (c.field, bool(getattr(verdicts, f"v{i}"))) for i, c in enumerate(vq.filters)
             ],
             method=self._fusion.method,
-            params=self._fusion.params(plan.vector_weight),
-            notes=plan.notes,
+            params=self._fusion.params(result.ranking.weights),
+            notes=result.ranking.weights.notes,
         )
 
     def search_plan(self, query: SearchQuery, *, analyze: bool = False) -> str:

@@ -24,6 +24,7 @@ from context_search.contract import (
     Propagation,
     RankLogEntry,
 )
+from context_search.fusion import ArmEvidence, ArmPlan, FusionSettings
 from context_search.responses import Candidate, IndexState, Ranking, make_hit
 
 __all__ = [
@@ -126,9 +127,15 @@ class SearchRows:
     counters, every row with a ``doc_id`` is a fused candidate in order, and the first
     ``detail_limit`` of those carry their document and chunk fields."""
 
-    def __init__(self, result: StatementRows) -> None:
+    def __init__(self, result: StatementRows, fusion: FusionSettings, plan: ArmPlan) -> None:
         self._result = result
         first = result.named(result.rows[0])
+        evidence = ArmEvidence(
+            vector_pool=int(first.evidence_pool),
+            agreement=int(first.evidence_agreement),
+            excess=optional_float(first.evidence_excess),
+            factor=float(first.evidence_factor),
+        )
         doc_id = itemgetter(result.columns.index("doc_id"))
         self._rows = {d: r for r in result.rows if (d := doc_id(r)) is not None}
         self.ranking = Ranking(
@@ -138,6 +145,7 @@ class SearchRows:
             lexical_matches=int(first.lexical_matches),
             lifecycle_filtered=int(first.lifecycle_filtered),
             filter_filtered=int(first.filter_filtered),
+            weights=fusion.weigh(plan, evidence),
         )
         self.active_config = str(first.active_config)
         self.pending_config = None if first.pending_config is None else str(first.pending_config)

@@ -33,6 +33,7 @@ from sqlalchemy.types import Text
 
 from context_search.fusion import FusionSettings
 from context_search.postgres.engine.postings import BLOCK_SIZE
+from context_search.postgres.read.sql.evidence import evidence_query
 from context_search.postgres.read.sql.vector import (
     ELIGIBLE_COUNTED,
     ELIGIBLE_PROBE,
@@ -281,12 +282,12 @@ _MX = "SELECT max(lexical_score) AS top FROM lexical"
 _FUSED_SCORE = {
     "rrf": (
         "COALESCE(CAST(1 AS double precision) / ({rrf_k} + l.lexical_rank), 0) + "
-        "CAST(:vector_weight AS double precision) "
+        "ev.vector_weight "
         "* COALESCE(CAST(1 AS double precision) / ({rrf_k} + v.vector_rank), 0)"
     ),
     "convex": (
         "{lexical_weight} * COALESCE(l.lexical_score / NULLIF(mx.top, 0), 0) + "
-        "(1 - {lexical_weight}) * CAST(:vector_weight AS double precision) "
+        "(1 - {lexical_weight}) * ev.vector_weight "
         "* GREATEST(COALESCE(v.vector_similarity, 0), 0)"
     ),
 }
@@ -297,6 +298,7 @@ _FUSED0 = """
            v.vector_rank, v.vector_similarity, v.vector_chunk,
            CAST({fused} AS double precision) AS fused
     FROM lexical l FULL OUTER JOIN vector v ON v.doc_id = l.doc_id CROSS JOIN mx
+    CROSS JOIN evidence ev
 """
 
 _FUSED = """
@@ -316,6 +318,8 @@ _STATS = """
            ff.docs AS filter_filtered,
            (SELECT count(*) FROM lexical) AS lexical_pool,
            (SELECT count(*) FROM vector) AS vector_pool,
+           ev.evidence_pool, ev.evidence_agreement, ev.evidence_excess,
+           ev.factor AS evidence_factor,
            clock_timestamp() AS observed_at,
            (SELECT config_id FROM index_configs WHERE active) AS active_config,
            (SELECT config_id FROM index_configs
@@ -335,6 +339,7 @@ _STATS = """
     ) jobs
     CROSS JOIN lifecycle_out lo
     CROSS JOIN ({filtered_out}) ff
+    CROSS JOIN evidence ev
 """
 
 _HITS = """
@@ -453,6 +458,7 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
         _part("nearest", NEAREST, True, in_docs=in_docs, **consts),
         _part("vector", VECTOR, **consts),
         _part("mx", _MX),
+        sql.SQL("evidence AS MATERIALIZED ({})").format(evidence_query(fusion.weighting)),
         _part("fused0", _FUSED0, fused=sql.SQL(_FUSED_SCORE[fusion.method]).format(**consts)),
         _part("fused", _FUSED, True),
         _part(
