@@ -8,8 +8,10 @@ vs sync connector), plots, all;
 ``partitions`` (one global HNSW vs a table partitioned by scope, 1M chunks; not in ``all``);
 ``switch`` (a live model switch of 100k chunks while a client searches and one writes; not
 in ``all``); ``footprint`` (bytes per chunk, buffers per search, build and streaming rate,
-ours beside the peer; not in ``all``); ``sqlite_scale`` (the SQLite connector beside the
-PostgreSQL connector at ``--sizes``: ingest, search with 1 and 8 readers; not in ``all``).
+ours beside the peer; not in ``all``); ``fusion`` (nDCG@10 of each fusion choice per data
+set and embedder: declared, undeclared, noise; not in ``all``); ``sqlite_scale`` (the SQLite
+connector beside the PostgreSQL connector at ``--sizes``: ingest, search with 1 and 8
+readers; not in ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
 """
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             "switch",
             "footprint",
             "sqlite_scale",
+            "fusion",
         ),
     )
     parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
@@ -75,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10000,100000", help="Latency index sizes (chunks).")
     parser.add_argument(
         "--footprint-sizes", default="100000", help="Footprint index sizes (chunks)."
+    )
+    parser.add_argument(
+        "--fusion-datasets",
+        default=None,
+        help="Fusion suite: comma-separated data sets in BEIR layout (default: the shared "
+        "SciFact and Chinese sets).",
     )
     parser.add_argument("--filtered-chunks", type=int, default=100_000)
     parser.add_argument(
@@ -140,6 +149,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 if args.tiny:
                     kwargs["queries"] = 5
+            if suite == "fusion":
+                kwargs["datasets"] = (
+                    ()
+                    if args.tiny
+                    else None
+                    if args.fusion_datasets is None
+                    else tuple(Path(p) for p in args.fusion_datasets.split(","))
+                )
             if suite == "filtered":
                 kwargs["chunks"] = 300 if args.tiny else args.filtered_chunks
             if suite == "partitions":

@@ -1,11 +1,12 @@
 """Quality: nDCG@10, recall@100, MRR@10 on a BEIR dataset (default SciFact test split).
 
-Ours: the default search (RRF with the arm plan: the vector arm weighted by how much of the
-query is in scripts the embedder covers), and with the arm plan off (the embedder taken to
-cover every script): lexical-only (BM25 in PostgreSQL), vector-only, plain RRF and convex —
-the arms come from one plain search's rank log, convex from another connector on the same
-index. Results go to ``quality-<dataset>.json``; the BENCHMARKS.md section shows every
-dataset measured so far side by side.
+Ours: the default search (convex fusion; the vector arm weighted by how much of the query is
+in scripts the embedder covers, times what the arms' evidence says, see
+``context_search.fusion.arm_evidence``), and with the arm plan and evidence off (the embedder
+taken to cover every script, fixed weights): lexical-only (BM25 in PostgreSQL), vector-only,
+plain RRF and convex — the arms come from one plain search's rank log, convex from another
+connector on the same index. Results go to ``quality-<dataset>.json``; the BENCHMARKS.md
+section shows every dataset measured so far side by side.
 Beside them, in the same run: stock ``ts_rank_cd`` on the same chunks, a ``rank_bm25``
 reference (BM25Okapi, lowercase word tokens, no stemming) and the peer, langchain-postgres
 ``PGVectorStore`` in hybrid mode on the same server with the same embeddings.
@@ -104,6 +105,8 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
             schema=SCHEMA,
             chunk_bytes=CHUNK_BYTES,
             chunk_overlap=200,
+            fusion="rrf",
+            weighting="fixed",
         )
         convex = PostgresSearchConnector.open(
             dsn,
@@ -113,6 +116,7 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
             chunk_overlap=200,
             fusion="convex",
             lexical_weight=0.5,
+            weighting="fixed",
         )
         log(f"quality: {len(data.records)} docs indexed, {len(data.queries)} queries")
         for qid, qtext in sorted(data.queries.items()):
@@ -298,7 +302,7 @@ _ORDER = (
     "sqlite_lexical",
 )
 _LABELS = {
-    "default": "**default** (RRF + arm plan)",
+    "default": "**default** (convex + arm plan + the arms' evidence)",
     "lexical_bm25": "lexical (BM25)",
     "vector": "vector",
     "hybrid_rrf": "RRF, both arms always",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from benchmarks.__main__ import SUITES, main
+from benchmarks.fusion import DEFAULT
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +91,17 @@ def test_the_sqlite_suite_runs_both_connectors_on_one_corpus(
         assert level[f"{side}_ingest_chunks_per_s"] > 0
         assert level[side]["1"]["n"] == 3 and level[side]["8"]["n"] == 24
     assert "<!-- bench:sqlite_scale -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+
+
+def test_the_fusion_suite_fills_every_cell(context_search_dsn: str, tmp_path: Path) -> None:
+    argv = ["fusion", "--tiny", "--dsn", context_search_dsn, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "fusion.json").read_text(encoding="utf-8"))
+    assert [r["embedder"] for r in result["rows"]] == ["declared", "undeclared", "noise"]
+    for row in result["rows"]:
+        cells = row["ndcg@10"]
+        assert set(cells) == {"lexical", "rrf_fixed", "convex_fixed", "rrf_evidence", DEFAULT}
+        assert all(0.0 <= v <= 1.0 for v in cells.values()) and cells["lexical"] > 0
+        assert 0.0 <= row["default_mean_vector_weight"] <= 1.0
+    assert any(name.endswith("noise: default >= lexical - 0.01") for name in result["targets"])
+    assert "<!-- bench:fusion -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")

@@ -152,8 +152,10 @@ class NoiseEmbedder:
     is what a service's own model looks like to fusion on text it cannot read."""
 
     scripts = None
-    model_id = "noise-v1-64"
-    dimension = 64
+
+    def __init__(self, dimension: int = 64) -> None:
+        self.dimension = dimension
+        self.model_id = f"noise-v1-{dimension}"
 
     def _embed(self, text: str) -> npt.NDArray[np.float32]:
         seed = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest())
