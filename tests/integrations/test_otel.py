@@ -129,7 +129,8 @@ def test_postgres_search_has_one_span_per_stage(
     assert attrs["context_search.top_k"] == 5
     assert attrs["context_search.short"] is True
     assert attrs["context_search.scopes.count"] == 1
-    assert attrs["context_search.fusion"] == "rrf"
+    assert attrs["context_search.fusion"] == "convex"
+    assert 0.0 <= attrs["context_search.vector_weight"] <= 1.0
     assert attrs["context_search.embed_cached"] is False
     assert search.status.status_code is not StatusCode.ERROR
 

@@ -127,6 +127,9 @@ def response_attributes(
         "context_search.hits": hits,
         "context_search.short": top_k is not None and hits < top_k,
         "context_search.fusion": response.rank_log.method,
+        # The weight the arms' evidence left the vector arm: a dashboard of it shows how
+        # often an embedder cannot read what is asked of it.
+        "context_search.vector_weight": response.rank_log.params.get("vector_weight", 1.0),
     }
     if embed_cached is not None:
         out["context_search.embed_cached"] = embed_cached
