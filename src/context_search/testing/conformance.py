@@ -20,11 +20,16 @@ class ConformanceSuite:
             @pytest.fixture
             def connector_factory(self, context_search_dsn):
                 @contextmanager
-                def make():
+                def make(embedder=None):
                     with temporary_schema(context_search_dsn) as schema:
-                        with MyConnector.open(context_search_dsn, schema=schema) as connector:
+                        with MyConnector.open(
+                            context_search_dsn, schema=schema, embedder=embedder
+                        ) as connector:
                             yield connector
                 return make
+
+    The cases about fusion pass ``embedder=`` (one of their own, e.g. an embedder whose
+    vectors carry no signal): the factory builds that case's connector with it.
 
     The fixture may also live in a conftest or the test module. Each case is one test,
     ``test_conformance[<case name>]``; a violation fails it with a
