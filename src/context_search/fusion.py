@@ -9,25 +9,45 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
-from context_search.contract import ScoreParts
+from context_search.contract import RankLogEntry, ScoreParts
+from context_search.responses import Candidate
 from context_search.text.scripts import coverage
 
 __all__ = [
     "MIN_COVERAGE",
     "ArmEvidence",
+    "ArmPlaces",
     "ArmPlan",
+    "ArmScores",
     "ArmWeights",
     "FusionMethod",
     "FusionSettings",
     "Weighting",
     "arm_evidence",
     "fuse_from_params",
+    "fused_candidates",
     "plan_arms",
 ]
 
 FusionMethod = Literal["rrf", "convex"]
+
+
+class ArmPlaces(Protocol):
+    """A candidate's place in each arm: :class:`~context_search.contract.ScoreParts`, a rank
+    log's entries, or the connectors' own per-arm records, read alike without copying."""
+
+    @property
+    def lexical_rank(self) -> int | None: ...
+    @property
+    def lexical_score(self) -> float | None: ...
+    @property
+    def vector_rank(self) -> int | None: ...
+    @property
+    def vector_similarity(self) -> float | None: ...
+
+
 #: ``evidence``: the vector arm's weight follows what its own pool and the lexical arm's say
 #: about this query (:func:`arm_evidence`); ``fixed``: the weight the arm plan gives.
 Weighting = Literal["evidence", "fixed"]
@@ -81,7 +101,7 @@ class FusionSettings:
 
 
 def fuse_from_params(
-    method: FusionMethod, params: Mapping[str, float], parts: ScoreParts, top_lexical: float
+    method: FusionMethod, params: Mapping[str, float], parts: ArmPlaces, top_lexical: float
 ) -> float:
     """A fused score from a rank log's method and params (the definition both backends
     implement; the conformance suite recomputes rank logs with the same formula)."""
@@ -201,7 +221,7 @@ def evidence_factor(excess: float | None, agreement: int, pool: int) -> float:
     return min(max(excess / EXCESS_FULL, 0.0), 1.0)
 
 
-def arm_evidence(parts: Iterable[ScoreParts]) -> ArmEvidence:
+def arm_evidence(parts: Iterable[ArmPlaces]) -> ArmEvidence:
     """The evidence of one query's fused candidates (every one, as the rank log lists them).
     Sums run in rank order, term by term, as PostgreSQL's ordered aggregates do, so both
     compute the same floating-point values."""
@@ -245,3 +265,52 @@ class ArmWeights:
         if self.evidence is None:
             return self.script_weight
         return self.script_weight * self.evidence.factor
+
+
+@dataclass(slots=True)
+class ArmScores:
+    """One document's place in each arm, as the connectors that rank in Python collect it
+    (in-memory, SQLite) before :func:`fused_candidates` fuses them. ``chunk_ordinal`` is the
+    lexical arm's best chunk when it found one, else the vector arm's."""
+
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    vector_rank: int | None = None
+    vector_similarity: float | None = None
+    chunk_ordinal: int | None = None
+    terms: tuple[str, ...] = ()
+
+
+def fused_candidates(
+    arms: Mapping[str, ArmScores], fusion: FusionSettings, plan: ArmPlan
+) -> tuple[list[Candidate], ArmWeights]:
+    """Candidates fused by the one definition every rank log is checked against, best first
+    (ties: doc id), and the vector arm's weight they were fused with: the arm plan's, times
+    what the arms' evidence says (:func:`~context_search.fusion.arm_evidence`). Convex fusion
+    normalises by the best lexical score among them.
+
+    The arms' records are read as they are and the params built once per search: per
+    candidate, copying them into score parts and rebuilding the params was a third of a
+    SQLite search."""
+    weights = fusion.weigh(plan, arm_evidence(arms.values()))
+    top_lexical = max((a.lexical_score or 0.0 for a in arms.values()), default=0.0)
+    params = fusion.params(weights.vector_weight)
+    method = fusion.method
+    candidates = [
+        Candidate(
+            RankLogEntry(
+                doc_id=doc_id,
+                lexical_rank=a.lexical_rank,
+                lexical_score=a.lexical_score,
+                vector_rank=a.vector_rank,
+                vector_similarity=a.vector_similarity,
+                fused=fuse_from_params(method, params, a, top_lexical),
+                final_rank=None,
+            ),
+            a.terms,
+            a.chunk_ordinal,
+        )
+        for doc_id, a in arms.items()
+    ]
+    candidates.sort(key=lambda c: (-c.entry.fused, c.doc_id))
+    return candidates, weights

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from context_search.contract import (
     ContextDocument,
@@ -37,12 +37,13 @@ from context_search.contract import (
     fusion_arithmetic,
 )
 from context_search.errors import IndexStaleError, RevisionMismatchError
-from context_search.fusion import ArmPlan, ArmWeights, FusionSettings, arm_evidence
 from context_search.text.highlight import highlight_spans, query_terms
 from context_search.validation import MAX_WINDOW, ValidQuery
 
+if TYPE_CHECKING:
+    from context_search.fusion import ArmWeights
+
 __all__ = [
-    "ArmScores",
     "Candidate",
     "Cut",
     "IndexState",
@@ -54,7 +55,6 @@ __all__ = [
     "cut_to_hits",
     "document_evidence",
     "freshness",
-    "fused_candidates",
     "hit_from_document",
     "make_hit",
     "with_highlights",
@@ -134,51 +134,6 @@ class Ranking:
     def top_lexical(self) -> float:
         """The best lexical score among the candidates (convex fusion normalises by it)."""
         return max((c.entry.lexical_score or 0.0 for c in self.candidates), default=0.0)
-
-
-@dataclass(slots=True)
-class ArmScores:
-    """One document's place in each arm, as the connectors that rank in Python collect it
-    (in-memory, SQLite) before :func:`fused_candidates` fuses them. ``chunk_ordinal`` is the
-    lexical arm's best chunk when it found one, else the vector arm's."""
-
-    lexical_rank: int | None = None
-    lexical_score: float | None = None
-    vector_rank: int | None = None
-    vector_similarity: float | None = None
-    chunk_ordinal: int | None = None
-    terms: tuple[str, ...] = ()
-
-    def parts(self, fused: float = 0.0) -> ScoreParts:
-        return ScoreParts(
-            lexical_rank=self.lexical_rank,
-            lexical_score=self.lexical_score,
-            vector_rank=self.vector_rank,
-            vector_similarity=self.vector_similarity,
-            fused=fused,
-        )
-
-
-def fused_candidates(
-    arms: Mapping[str, ArmScores], fusion: FusionSettings, plan: ArmPlan
-) -> tuple[list[Candidate], ArmWeights]:
-    """Candidates fused by the one definition every rank log is checked against, best first
-    (ties: doc id), and the vector arm's weight they were fused with: the arm plan's, times
-    what the arms' evidence says (:func:`~context_search.fusion.arm_evidence`). Convex fusion
-    normalises by the best lexical score among them."""
-    weights = fusion.weigh(plan, arm_evidence(a.parts() for a in arms.values()))
-    top_lexical = max((a.lexical_score or 0.0 for a in arms.values()), default=0.0)
-    candidates = [
-        Candidate.of(
-            doc_id=doc_id,
-            parts=a.parts(fusion.fuse(a.parts(), top_lexical, weights.vector_weight)),
-            terms=a.terms,
-            chunk_ordinal=a.chunk_ordinal,
-        )
-        for doc_id, a in arms.items()
-    ]
-    candidates.sort(key=lambda c: (-c.entry.fused, c.doc_id))
-    return candidates, weights
 
 
 @dataclass(frozen=True, slots=True)

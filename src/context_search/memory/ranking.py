@@ -20,8 +20,8 @@ import numpy.typing as npt
 
 from context_search.contract import ContextDocumentRecord, Lifecycle
 from context_search.embedding import Embedder
-from context_search.fusion import ArmPlan, FusionSettings
-from context_search.responses import ArmScores, Ranking, fused_candidates
+from context_search.fusion import ArmPlan, ArmScores, FusionSettings, fused_candidates
+from context_search.responses import Ranking
 from context_search.text import Chunk, parse_query
 from context_search.text.stemming import index_terms
 from context_search.validation import ValidQuery, record_matches
