@@ -1,8 +1,10 @@
 """Fusion settings and arithmetic, one definition for every backend.
 
-The PostgreSQL adapter computes the same formulas in SQL (``postgres/read/sql/hybrid.py``); the
-in-memory connector and ``explain``'s arithmetic use :meth:`FusionSettings.fuse`, so a rank
-log reproduces the same order whichever backend wrote it.
+The PostgreSQL adapter computes the same formulas in SQL (``postgres/read/sql/hybrid.py`` and,
+for the arms' evidence, ``postgres/read/sql/evidence.py``); the in-memory and SQLite
+connectors fuse their arms with :func:`fused_candidates`, and ``explain``'s arithmetic uses
+:func:`fuse_from_params`, so a rank log reproduces the same order and the same vector weight
+whichever backend wrote it.
 """
 
 from __future__ import annotations
