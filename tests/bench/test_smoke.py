@@ -103,5 +103,9 @@ def test_the_fusion_suite_fills_every_cell(context_search_dsn: str, tmp_path: Pa
         assert set(cells) == {"lexical", "rrf_fixed", "convex_fixed", "rrf_evidence", DEFAULT}
         assert all(0.0 <= v <= 1.0 for v in cells.values()) and cells["lexical"] > 0
         assert 0.0 <= row["default_mean_vector_weight"] <= 1.0
+    declared, _, noise = result["rows"]
+    # Noise is weighed down on some query, and further than the model is.
+    assert noise["default_share_lowered"] > 0
+    assert noise["default_mean_vector_weight"] < declared["default_mean_vector_weight"]
     assert any(name.endswith("noise: default >= lexical - 0.01") for name in result["targets"])
     assert "<!-- bench:fusion -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")

@@ -43,7 +43,8 @@ def test_a_vector_arm_of_noise_gets_little_weight() -> None:
     rng = np.random.default_rng(7)
     factors = []
     for _ in range(200):
-        lexical = {int(r): i for i, r in enumerate(rng.choice(np.arange(1, 101), 30), 1)}
+        drawn = rng.choice(np.arange(1, 101), 30, replace=False)
+        lexical = {int(r): i for i, r in enumerate(drawn, 1)}
         factors.append(arm_evidence(_parts(_noise_pool(rng), lexical)).factor)
     assert np.mean(factors) < 0.5
     assert np.median(factors) < 0.3
@@ -68,6 +69,21 @@ def test_heads_agreeing_beyond_chance_give_full_weight_to_a_flat_pool() -> None:
     evenly = [0.5 - 0.01 * i for i in range(20)]
     small = arm_evidence(_parts(evenly, {1: 1, 2: 2, 3: 3}))
     assert small.agreement == 3 and small.factor < 1.0
+
+
+def test_the_excess_is_the_best_over_the_last_in_tail_widths_less_chance() -> None:
+    # Even spacing 0.01: ranks 11..19 stand 0.09..0.01 above the last (mean 0.05), the
+    # best 0.19 above it, and chance H(19) widths: excess 0.19 / 0.05 - H(19).
+    evenly = [0.5 - 0.01 * i for i in range(20)]
+    evidence = arm_evidence(_parts(evenly, {15: 1}))
+    chance = sum(1.0 / j for j in range(1, 20))
+    assert evidence.excess == pytest.approx(0.19 / 0.05 - chance, abs=1e-12)
+    assert evidence.factor == pytest.approx(evidence.excess / 2)
+    # The smallest pool measured: one tail rank (the 11th) above the 12th.
+    twelve = [1.0 - 0.1 * i for i in range(EVIDENCE_MIN_POOL)]
+    at_least = arm_evidence(_parts(twelve, {12: 1}))
+    chance = sum(1.0 / j for j in range(1, EVIDENCE_MIN_POOL))
+    assert at_least.excess == pytest.approx(1.1 / 0.1 - chance, abs=1e-9)
 
 
 @pytest.mark.parametrize(

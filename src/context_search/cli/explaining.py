@@ -64,7 +64,7 @@ def explanation_lines(exp: RankExplanation, *, top_k: int, include_superseded: b
         )
     if parts is None:
         pass
-    elif weight <= 0:
+    elif exp.params.get("script_weight", weight) <= 0:
         lines.append("vector: not used for this query (weight 0, see the notes)")
     elif parts.vector_rank is None:
         lines.append("vector: not among the vector arm's candidates")

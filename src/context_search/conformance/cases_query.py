@@ -79,7 +79,7 @@ def negated_word_excludes(c: SearchConnector) -> None:
 @case("query")
 def vector_weight_is_explained(c: SearchConnector) -> None:
     """A rank log giving the vector arm less than full weight says why, in its notes and in
-    explain; with no weight the arm contributes no candidates."""
+    explain; an arm the plan gives no weight contributes no candidates."""
     c.upsert(standard_corpus())
     # With an embedder covering Latin only: no weight, full weight, none (a quarter of the
     # query covered) and three quarters; with one covering every script, full weight for all.
@@ -104,7 +104,7 @@ def vector_weight_is_explained(c: SearchConnector) -> None:
                 all(abs(fused[d] - f) <= 1e-9 for d, f in _recompute(log)),
                 f"{text!r}: fused scores do not apply vector_weight {weight}",
             )
-        if weight == 0.0:
+        if log.params.get("script_weight", weight) == 0.0:  # skipped, not weighed down
             check(
                 log.vector_candidates == 0 and all(e.vector_rank is None for e in log.entries),
                 f"{text!r}: the vector arm has no weight but contributed candidates",
@@ -124,9 +124,19 @@ def noise_embedder_cannot_bury_an_exact_passage(c: SearchConnector) -> None:
     vector arm was fused with follows from the rank log's own candidates."""
     corpus = passage_corpus()
     c.upsert(corpus)
+    noise = NoiseEmbedder()
     for record in corpus[:10]:
         words = " ".join(record.body.split()[:8])
         resp = c.search(SearchQuery(query=words, allowed_scopes=[TEAM], top_k=3))
         top = [h.doc_id for h in resp.hits]
         check(record.document_id in top, f"{words!r}: {record.document_id} not in top 3 {top}")
         _weight_follows_evidence(resp.rank_log, words)
+        # The connector embedded with the case's embedder, not one of its own.
+        hit = next(h for h in resp.hits if h.doc_id == record.document_id)
+        expected = float(noise.embed_query(words) @ noise.embed_query(hit.snippet))
+        sim = hit.score_parts.vector_similarity
+        check(
+            sim is not None and abs(sim - expected) <= 2e-3,
+            f"{words!r}: similarity {sim} is not the noise embedder's {expected:.4f}: the "
+            "factory did not build the connector with the case's embedder",
+        )

@@ -80,12 +80,23 @@ def _weight_follows_evidence(log: RankLog, what: str) -> None:
     params = log.params
     if "evidence_factor" not in params:
         return
-    factor = arm_evidence(_parts(e) for e in log.entries).factor
+    ev = arm_evidence(_parts(e) for e in log.entries)
+    logged = (
+        params.get("evidence_excess"),
+        params["evidence_agreement"],
+        params["evidence_pool"],
+        params["evidence_factor"],
+    )
+    excess_ok = (ev.excess is None) == (logged[0] is None) and (
+        ev.excess is None or abs(ev.excess - (logged[0] or 0.0)) <= 1e-9
+    )
     check(
-        abs(params["evidence_factor"] - factor) <= 1e-9
-        and abs(params["vector_weight"] - params["script_weight"] * factor) <= 1e-9,
-        f"{what}: fused with vector weight {params['vector_weight']} (evidence factor "
-        f"{params['evidence_factor']}), its candidates give factor {factor}",
+        excess_ok
+        and (logged[1], logged[2]) == (ev.agreement, ev.vector_pool)
+        and abs(logged[3] - ev.factor) <= 1e-9
+        and abs(params["vector_weight"] - params["script_weight"] * ev.factor) <= 1e-9,
+        f"{what}: fused with vector weight {params['vector_weight']} and evidence "
+        f"{logged}, its candidates give {ev}",
     )
 
 

@@ -152,7 +152,9 @@ class RankLog:
     vector_candidates: int
     entries: tuple[RankLogEntry, ...]
     #: Decisions about the arms for this query, e.g. a vector arm left out because the
-    #: embedder does not cover the query's script (``params["vector_weight"]`` is then 0).
+    #: embedder does not cover the query's script (``params["script_weight"]`` and
+    #: ``params["vector_weight"]`` are then 0), or weighed down by the arms' evidence
+    #: (``params["evidence_*"]``: it ran, and its candidates are listed).
     notes: tuple[str, ...] = ()
 
 
@@ -252,7 +254,9 @@ class RankExplanation:
     #: servers to tell apart (memory, SQLite).
     served_by: ServedBy | None = None
     #: The rank log's params for this query (``k`` or ``lexical_weight``, ``pool_size``,
-    #: ``vector_weight``): the weights ``fusion_arithmetic`` applied.
+    #: ``vector_weight``; with evidence weighting ``script_weight``, ``evidence_factor``,
+    #: ``evidence_excess``, ``evidence_agreement``, ``evidence_pool``): the weights
+    #: ``fusion_arithmetic`` applied and what set them.
     params: Mapping[str, float] = field(default_factory=dict)
     lexical_matched: bool = False
     vector_matched: bool = False
