@@ -68,3 +68,22 @@ def test_runner_reports_crashes_as_failures() -> None:
     assert all(
         "backend exploded" in r.message or "RuntimeError" in r.message for r in report.results
     )
+
+
+def test_a_factory_that_cannot_take_the_cases_embedder_is_told_so() -> None:
+    (noise_case,) = [c for c in CASES if c.embedder is not None]
+
+    @contextmanager
+    def positional_only(embedder: object = None, /) -> Iterator[SearchConnector]:
+        with InMemorySearchConnector() as connector:
+            yield connector
+
+    for factory in (_plain_factory, positional_only):
+        with pytest.raises(TypeError, match="must accept an `embedder` keyword"):
+            run_case(noise_case, factory)
+
+
+@contextmanager
+def _plain_factory() -> Iterator[SearchConnector]:
+    with InMemorySearchConnector() as connector:
+        yield connector
