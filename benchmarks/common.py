@@ -334,3 +334,21 @@ def fmt_table(rows: list[list[Any]], head: list[str]) -> str:
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+class Undeclared:
+    """The same model, declaring no scripts (so taken to cover every one): what a service's
+    own wrapper looks like to fusion."""
+
+    scripts = None
+
+    def __init__(self, inner: CachedEmbedder) -> None:
+        self._inner = inner
+        self.model_id = inner.model_id
+        self.dimension = inner.dimension
+
+    def embed_documents(self, texts: Any) -> Any:
+        return self._inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> Any:
+        return self._inner.embed_query(text)

@@ -25,6 +25,7 @@ from benchmarks.common import (
     ROOT,
     CachedEmbedder,
     Dataset,
+    Undeclared,
     fmt_table,
     header,
     load_beir,
@@ -51,23 +52,6 @@ CHOICES: tuple[tuple[str, Literal["rrf", "convex"], Literal["evidence", "fixed"]
     ("convex_evidence", "convex", "evidence"),
 )
 DEFAULT = "convex_evidence"
-
-
-class Undeclared:
-    """The same model, declaring no scripts: what a service's own wrapper looks like."""
-
-    scripts = None
-
-    def __init__(self, inner: CachedEmbedder) -> None:
-        self._inner = inner
-        self.model_id = inner.model_id
-        self.dimension = inner.dimension
-
-    def embed_documents(self, texts: Any) -> Any:
-        return self._inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> Any:
-        return self._inner.embed_query(text)
 
 
 def _embedders(embedder: CachedEmbedder) -> list[tuple[str, Any]]:

@@ -29,6 +29,7 @@ from sqlalchemy import text
 from benchmarks.common import (
     CachedEmbedder,
     Dataset,
+    Undeclared,
     fmt_table,
     header,
     log,
@@ -66,24 +67,6 @@ def _order(entries: Any, attr: str) -> list[str]:
     return [e.doc_id for e in ranked]
 
 
-class _EveryScript:
-    """The same embedder, declared to cover every script: fusion as it was before the arm
-    plan (both arms at full weight whatever the query's script)."""
-
-    scripts = None
-
-    def __init__(self, inner: CachedEmbedder) -> None:
-        self._inner = inner
-        self.model_id = inner.model_id
-        self.dimension = inner.dimension
-
-    def embed_documents(self, texts: Any) -> Any:
-        return self._inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> Any:
-        return self._inner.embed_query(text)
-
-
 def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True) -> dict[str, Any]:
     drop_index(dsn, SCHEMA)
     runs: dict[str, dict[str, list[str]]] = defaultdict(dict)
@@ -101,7 +84,7 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
             conn.execute(text("ANALYZE"))
         plain = PostgresSearchConnector.open(
             dsn,
-            embedder=_EveryScript(embedder),
+            embedder=Undeclared(embedder),
             schema=SCHEMA,
             chunk_bytes=CHUNK_BYTES,
             chunk_overlap=200,
@@ -110,7 +93,7 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
         )
         convex = PostgresSearchConnector.open(
             dsn,
-            embedder=_EveryScript(embedder),
+            embedder=Undeclared(embedder),
             schema=SCHEMA,
             chunk_bytes=CHUNK_BYTES,
             chunk_overlap=200,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from context_search.contract import RankLogEntry, ScoreParts
+from context_search.contract import ScoreParts
 from context_search.responses import Candidate
 from context_search.text.scripts import coverage
 
@@ -299,18 +299,8 @@ def fused_candidates(
     params = fusion.params(weights.vector_weight)
     method = fusion.method
     candidates = [
-        Candidate(
-            RankLogEntry(
-                doc_id=doc_id,
-                lexical_rank=a.lexical_rank,
-                lexical_score=a.lexical_score,
-                vector_rank=a.vector_rank,
-                vector_similarity=a.vector_similarity,
-                fused=fuse_from_params(method, params, a, top_lexical),
-                final_rank=None,
-            ),
-            a.terms,
-            a.chunk_ordinal,
+        Candidate.of(
+            doc_id, a, fuse_from_params(method, params, a, top_lexical), a.terms, a.chunk_ordinal
         )
         for doc_id, a in arms.items()
     ]

@@ -41,7 +41,7 @@ from context_search.text.highlight import highlight_spans, query_terms
 from context_search.validation import MAX_WINDOW, ValidQuery
 
 if TYPE_CHECKING:
-    from context_search.fusion import ArmWeights
+    from context_search.fusion import ArmPlaces, ArmWeights
 
 __all__ = [
     "Candidate",
@@ -83,18 +83,21 @@ class Candidate:
     def of(
         cls,
         doc_id: str,
-        parts: ScoreParts,
+        places: ArmPlaces,
+        fused: float,
         terms: tuple[str, ...] = (),
         chunk_ordinal: int | None = None,
     ) -> Candidate:
+        """A candidate from its place in each arm (any record with those fields, read
+        without a copy) and its fused score."""
         return cls(
             RankLogEntry(
                 doc_id=doc_id,
-                lexical_rank=parts.lexical_rank,
-                lexical_score=parts.lexical_score,
-                vector_rank=parts.vector_rank,
-                vector_similarity=parts.vector_similarity,
-                fused=parts.fused,
+                lexical_rank=places.lexical_rank,
+                lexical_score=places.lexical_score,
+                vector_rank=places.vector_rank,
+                vector_similarity=places.vector_similarity,
+                fused=fused,
                 final_rank=None,
             ),
             terms,

@@ -10,8 +10,6 @@ from context_search.contract import (
     ContextDocumentRecord,
     GapReport,
     RankLog,
-    RankLogEntry,
-    ScoreParts,
     SearchConnector,
     SearchQuery,
     content_id_for,
@@ -57,21 +55,9 @@ def hits_carry_provenance(c: SearchConnector) -> None:
         check(hit.content_id == doc.content_id, f"{hit.doc_id}: content_id mismatch")
 
 
-def _parts(e: RankLogEntry) -> ScoreParts:
-    return ScoreParts(
-        lexical_rank=e.lexical_rank,
-        lexical_score=e.lexical_score,
-        vector_rank=e.vector_rank,
-        vector_similarity=e.vector_similarity,
-        fused=e.fused,
-    )
-
-
 def _recompute(log: RankLog) -> list[tuple[str, float]]:
     top = max((x.lexical_score or 0.0 for x in log.entries), default=0.0)
-    return [
-        (e.doc_id, fuse_from_params(log.method, log.params, _parts(e), top)) for e in log.entries
-    ]
+    return [(e.doc_id, fuse_from_params(log.method, log.params, e, top)) for e in log.entries]
 
 
 def _weight_follows_evidence(log: RankLog, what: str) -> None:
@@ -80,7 +66,7 @@ def _weight_follows_evidence(log: RankLog, what: str) -> None:
     params = log.params
     if "evidence_factor" not in params:
         return
-    ev = arm_evidence(_parts(e) for e in log.entries)
+    ev = arm_evidence(log.entries)
     logged = (
         params.get("evidence_excess"),
         params["evidence_agreement"],
