@@ -7,6 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from context_search import InMemorySearchConnector, SearchQuery
+from context_search.cli.explaining import explanation_lines
+from context_search.conformance.corpus import TEAM, NoiseEmbedder, passage_corpus
 from context_search.contract import ScoreParts
 from context_search.fusion import (
     EVIDENCE_MIN_POOL,
@@ -117,3 +120,22 @@ def test_fixed_weighting_ignores_the_evidence_and_evidence_weighting_says_why() 
     assert params["script_weight"] == 0.75
     assert params["evidence_factor"] == evidence.factor
     assert params["vector_weight"] == weighed.vector_weight
+
+
+def test_explain_shows_the_plan_and_the_evidence_behind_a_lowered_weight() -> None:
+    with InMemorySearchConnector(embedder=NoiseEmbedder()) as c:
+        corpus = passage_corpus()
+        c.upsert(corpus)
+        lowered = []
+        for record in corpus:
+            query = SearchQuery(query=" ".join(record.body.split()[:8]), allowed_scopes=[TEAM])
+            params = c.search(query).rank_log.params
+            if params["evidence_factor"] < 1.0:
+                lowered.append((record.document_id, query, params))
+        assert lowered, "a noise embedder's arm is weighed down for some query"
+        doc_id, query, params = lowered[0]
+        explanation = c.explain(doc_id, query)
+        text = " ".join(explanation_lines(explanation, top_k=10, include_superseded=False))
+        factor = params["evidence_factor"]
+        assert f"vector weight {params['vector_weight']:.3g} = 1 x evidence {factor:.3g}" in text
+        assert "by its evidence" in text  # the note saying why

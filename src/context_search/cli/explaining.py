@@ -20,9 +20,17 @@ def _ordinal(n: int) -> str:
 
 def _weights(method: str, params: Mapping[str, float]) -> str:
     v = params.get("vector_weight", 1.0)
+    if "evidence_factor" in params and params["evidence_factor"] < 1.0:
+        # The weight is the plan's times the evidence's: show both, the notes say why.
+        v_text = (
+            f"{v:.3g} = {params.get('script_weight', 1.0):g} x evidence "
+            f"{params['evidence_factor']:.3g}"
+        )
+    else:
+        v_text = f"{v:g}"
     if method == "rrf":
-        return f"rrf, k={params.get('k', 60.0):g}, vector weight {v:g}"
-    return f"convex, lexical weight {params.get('lexical_weight', 0.5):g}, vector weight {v:g}"
+        return f"rrf, k={params.get('k', 60.0):g}, vector weight {v_text}"
+    return f"convex, lexical weight {params.get('lexical_weight', 0.5):g}, vector weight {v_text}"
 
 
 def _contributions(
