@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from context_search.contract import ScoreParts
 from context_search.responses import Candidate
 from context_search.text.scripts import coverage
 
@@ -76,19 +75,21 @@ class FusionSettings:
     pool_size: int = 100
     weighting: Weighting = "evidence"
 
-    def params(self, weights: ArmWeights | float = 1.0) -> dict[str, float]:
-        """The rank log's params: everything needed to recompute every fused score, and the
-        signals that set the vector arm's weight (``evidence_*``, see :class:`ArmEvidence`)."""
+    def params(self, vector_weight: float = 1.0) -> dict[str, float]:
+        """Everything needed to recompute every fused score."""
         if self.method == "rrf":
             out = {"k": float(self.rrf_k), "pool_size": float(self.pool_size)}
         else:
             out = {"lexical_weight": self.lexical_weight, "pool_size": float(self.pool_size)}
-        if isinstance(weights, ArmWeights):
-            out["vector_weight"] = weights.vector_weight
-            if weights.evidence is not None:
-                out.update(weights.evidence.params(weights.script_weight))
-        else:
-            out["vector_weight"] = weights
+        out["vector_weight"] = vector_weight
+        return out
+
+    def log_params(self, weights: ArmWeights) -> dict[str, float]:
+        """The rank log's params: :meth:`params` at the weight applied, and the signals
+        that set it (``script_weight``, ``evidence_*``: see :class:`ArmEvidence`)."""
+        out = self.params(weights.vector_weight)
+        if weights.evidence is not None:
+            out.update(weights.evidence.params(weights.script_weight))
         return out
 
     def weigh(self, plan: ArmPlan, evidence: ArmEvidence | None) -> ArmWeights:
@@ -97,9 +98,6 @@ class FusionSettings:
         if self.weighting == "fixed" or evidence is None or not plan.vector_used:
             return ArmWeights(plan.vector_weight, None, plan.notes)
         return ArmWeights(plan.vector_weight, evidence, (*plan.notes, *evidence.notes()))
-
-    def fuse(self, parts: ScoreParts, top_lexical: float, vector_weight: float = 1.0) -> float:
-        return fuse_from_params(self.method, self.params(vector_weight), parts, top_lexical)
 
 
 def fuse_from_params(
@@ -184,10 +182,10 @@ class ArmEvidence:
     last. ``excess`` is how far above that the best one is: about 0 for noise, several for
     an arm that found something. ``agreement`` counts the documents at the head of both
     arms. ``factor`` scales the arm's weight: 1 with ``AGREEMENT_FULL`` shared heads more
-    than chance gives, else
-    ``excess / EXCESS_FULL`` clipped to [0, 1], and 1 (today's fusion) when the evidence is
-    inconclusive (``excess`` None): a pool too small or flat, or no lexical candidate to
-    prefer. PostgreSQL computes the same arithmetic in SQL (``read/sql/hybrid.py``)."""
+    than chance gives, else ``excess / EXCESS_FULL`` clipped to [0, 1], and 1 (today's
+    fusion) when the evidence is inconclusive (``excess`` None): a pool too small or flat,
+    or no lexical candidate to prefer. PostgreSQL computes the same arithmetic in SQL
+    (``postgres/read/sql/evidence.py``)."""
 
     vector_pool: int
     agreement: int

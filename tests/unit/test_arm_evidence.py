@@ -112,11 +112,11 @@ def test_fixed_weighting_ignores_the_evidence_and_evidence_weighting_says_why() 
     plan = ArmPlan(vector_weight=0.75, notes=("part of the query is uncovered",))
     fixed = FusionSettings(weighting="fixed").weigh(plan, evidence)
     assert fixed.vector_weight == 0.75 and fixed.evidence is None
-    assert "evidence_factor" not in FusionSettings(weighting="fixed").params(fixed)
+    assert "evidence_factor" not in FusionSettings(weighting="fixed").log_params(fixed)
     weighed = FusionSettings().weigh(plan, evidence)
     assert weighed.vector_weight == pytest.approx(0.75 * evidence.factor)
     assert weighed.notes[0] == plan.notes[0] and "by its evidence" in weighed.notes[1]
-    params = FusionSettings().params(weighed)
+    params = FusionSettings().log_params(weighed)
     assert params["script_weight"] == 0.75
     assert params["evidence_factor"] == evidence.factor
     assert params["vector_weight"] == weighed.vector_weight

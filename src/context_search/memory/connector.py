@@ -177,7 +177,7 @@ class InMemorySearchConnector(MemoryWrites):
                 vq,
                 ranking,
                 method=self._fusion.method,
-                params=self._fusion.params(ranking.weights),
+                params=self._fusion.log_params(ranking.weights),
                 notes=ranking.weights.notes,
                 hit_for=self._hit,
                 readable={d: self._index_state(s) for d, s in readable.items()},
@@ -264,7 +264,7 @@ class InMemorySearchConnector(MemoryWrites):
                 lifecycle=stored.lifecycle,
                 filter_verdicts=[(c.field, record_matches(stored.record, [c])) for c in vq.filters],
                 method=self._fusion.method,
-                params=self._fusion.params(ranking.weights),
+                params=self._fusion.log_params(ranking.weights),
                 notes=ranking.weights.notes,
             )
 

@@ -421,7 +421,7 @@ class SQLiteSearchConnector:
                 vq,
                 ranking,
                 method=self._fusion.method,
-                params=self._fusion.params(ranking.weights),
+                params=self._fusion.log_params(ranking.weights),
                 notes=ranking.weights.notes,
                 hit_for=lambda c: _hit(c, stored[(c.doc_id, c.chunk_ordinal or 0)]),
                 readable=states,
@@ -447,7 +447,7 @@ class SQLiteSearchConnector:
             lifecycle=found[1],
             filter_verdicts=[(c.field, record_matches(record, [c])) for c in vq.filters],
             method=self._fusion.method,
-            params=self._fusion.params(ranking.weights),
+            params=self._fusion.log_params(ranking.weights),
             notes=ranking.weights.notes,
         )
 

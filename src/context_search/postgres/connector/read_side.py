@@ -243,7 +243,7 @@ class ReadSide:
             vq,
             result.ranking,
             method=self._fusion.method,
-            params=self._fusion.params(result.ranking.weights),
+            params=self._fusion.log_params(result.ranking.weights),
             hit_for=result.hit,
             readable={**result.index_states(), **{r.doc_id: index_state(r) for r in extra}},
             active_config=result.active_config,
@@ -331,7 +331,7 @@ class ReadSide:
                 (c.field, bool(getattr(verdicts, f"v{i}"))) for i, c in enumerate(vq.filters)
             ],
             method=self._fusion.method,
-            params=self._fusion.params(result.ranking.weights),
+            params=self._fusion.log_params(result.ranking.weights),
             notes=result.ranking.weights.notes,
         )
 
