@@ -214,23 +214,36 @@ def test_a_loads_cut_picked_as_a_deadlock_victim_is_tried_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A writer that holds a counter the cut needs, then removes a chunk the cut holds
-    listed, closes a cycle: PostgreSQL aborts the side that waited first (the cut), and
-    the cut runs again once the writer commits; the removed chunk is neither cut nor
-    counted, the rest are."""
+    listed, closes a cycle: PostgreSQL aborts the side whose deadlock check runs while the
+    cycle stands (here the cut), and the cut runs again once the writer commits; the
+    removed chunk is neither cut nor counted, the rest are.
+
+    Which side PostgreSQL aborts depends on whose ``deadlock_timeout`` fires first once
+    both wait, so the test sets them apart: the cut checks 4 s after it starts waiting (the
+    writer blocks well before), the writer not within the test."""
     store.upsert([_record(5000)])  # an ordinary write: "harbor" has its counter row
     _killed_load(store, monkeypatch, 30)
     with store.engine.connect() as conn:
         victim = conn.execute(text("SELECT min(chunk_id) FROM posting_deferred")).scalar_one()
+        if not conn.execute(
+            text("SELECT has_parameter_privilege('deadlock_timeout', 'SET')")
+        ).scalar_one():
+            pytest.skip("the role cannot set deadlock_timeout, so the victim is left to timing")
     retries: list[int] = []
     monkeypatch.setattr(builds, "back_off", retries.append)
     with store.engine.connect() as writer:
+        writer.execute(text("SET LOCAL deadlock_timeout = '10min'"))
         writer.execute(text("UPDATE term_stats SET df = df WHERE lexeme = 'harbor'"))
         cut: list[object] = []
 
         def run_cut() -> None:
             try:
                 with autocommit_session(store.engine, "test") as raw:
-                    cut.append(builds.build_deferred_postings(raw))
+                    raw.execute("SET deadlock_timeout = '4s'")
+                    try:
+                        cut.append(builds.build_deferred_postings(raw))
+                    finally:
+                        raw.execute("RESET deadlock_timeout")
             except Exception as exc:  # reported below
                 cut.append(exc)
 
