@@ -141,6 +141,7 @@ def _cjk_matches(snippet: str, grams: tuple[str, ...], found: list[Span]) -> Non
             )
 
 
+_WORD_LETTER = re.compile(rf"[^\W{_CJK_LETTERS}]")
 _WORD_RUN = re.compile(rf"[^\W{_CJK_LETTERS}]+")
 
 
@@ -159,15 +160,6 @@ def _prefixes(terms: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(sorted(starts)), tuple(sorted(t for t in terms if is_cjk(t)))
 
 
-@lru_cache(maxsize=256)
-def _candidates(starts: tuple[str, ...]) -> re.Pattern[str]:
-    """The words (of a lowercased snippet) beginning with one of ``starts``, found in one
-    pass of the regex engine: a scan per prefix in Python was most of a SQLite search's
-    highlighting."""
-    alternatives = "|".join(re.escape(s) for s in sorted(starts, key=len, reverse=True))
-    return re.compile(rf"(?<![^\W{_CJK_LETTERS}])(?:{alternatives})[^\W{_CJK_LETTERS}]*")
-
-
 def _word_matches(snippet: str, terms: frozenset[str], found: list[Span]) -> None:
     """Character spans of the words of ``snippet`` that fold to one of ``terms``."""
     starts, _ = _prefixes(terms)
@@ -179,12 +171,17 @@ def _word_matches(snippet: str, terms: frozenset[str], found: list[Span]) -> Non
             if _word_key(w.group()) in terms
         )
         return
-    if not starts:
-        return
-    for m in _candidates(starts).finditer(low):
-        start, end = m.span()
-        if _word_key(snippet[start:end]) in terms:
-            found.append((start, end))
+    for start in starts:
+        i = low.find(start)
+        while i != -1:
+            if i and _WORD_LETTER.match(low, i - 1):  # inside a word
+                i = low.find(start, i + 1)
+                continue
+            run = _WORD_RUN.match(low, i)
+            end = run.end() if run is not None else i + len(start)
+            if _word_key(snippet[i:end]) in terms:
+                found.append((i, end))
+            i = low.find(start, end)
 
 
 def _to_bytes(text: str, spans: list[Span]) -> tuple[Span, ...]:
