@@ -1,6 +1,6 @@
 """Both arms, fusion and grouping to documents, over the caller's scope arrays.
 
-Lexical arm: FTS5's postings (``chunk_vocab``) give each query term's frequency per chunk;
+Lexical arm: the postings (``postings.py``) give each query term's frequency per chunk;
 only the chunks in the caller's arrays (``snapshot.py``) count, for every statistic: BM25
 (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5)), the other backends'
 formula) with N, df and the average length over exactly the visible chunks. FTS5's
@@ -29,6 +29,7 @@ import numpy.typing as npt
 from context_search.fusion import ArmPlan, ArmScores, FusionSettings, fused_candidates
 from context_search.responses import Ranking
 from context_search.sqlite.codec import LexicalPlan, decode_token, record_from_json
+from context_search.sqlite.postings import READ_POSTINGS, read_postings
 from context_search.sqlite.reads import Reader
 from context_search.sqlite.snapshot import ScopeArrays
 from context_search.validation import FilterClause, record_matches
@@ -37,12 +38,11 @@ __all__ = ["SEARCH_STATEMENTS", "rank"]
 
 _K1, _B = 1.2, 0.75
 
-_POSTINGS = "SELECT doc, count(*) FROM chunk_vocab WHERE term = :term GROUP BY doc ORDER BY doc"
 _ADMITTED = "SELECT rowid FROM chunk_fts WHERE chunk_fts MATCH :match ORDER BY rowid"
 _RECORDS = "SELECT doc_id, record FROM visible_documents"
 
 #: The statements a search runs besides the loads, for the structural test.
-SEARCH_STATEMENTS = (_POSTINGS, _ADMITTED, _RECORDS)
+SEARCH_STATEMENTS = (READ_POSTINGS, _ADMITTED, _RECORDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +174,7 @@ def _postings(
 ) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
     """Per scope: the positions of the chunks holding ``term`` and its frequency in each.
 
-    FTS5's postings cover every scope; a scope's share is kept with its arrays (they are
+    The postings cover every scope; a scope's share is kept with its arrays (they are
     replaced when the scope changes), so a term's postings are read from the file once per
     scope generation, not once per query: the terms queries share are the common ones,
     whose postings are the longest."""
@@ -184,11 +184,7 @@ def _postings(
         held = p.postings.get(term)
         if held is None:
             if read is None:
-                rows = reader.execute(_POSTINGS, {"term": term})
-                read = (
-                    np.array([r[0] for r in rows], dtype=np.int64),
-                    np.array([r[1] for r in rows], dtype=np.float64),
-                )
+                read = read_postings(reader.execute(READ_POSTINGS, {"term": term}))
             ids, tfs = read
             pos = np.searchsorted(p.chunk_ids, ids)
             ok = pos < p.size

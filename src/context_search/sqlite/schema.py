@@ -17,8 +17,10 @@ Tables:
     from (``indexed_content_id``, ``indexed_config``, ``indexed_masks``).
 ``chunks`` and ``chunk_fts``
     Chunk rows (byte span, snippet, token count, float32 embedding) and, under the same
-    rowid, the chunk's index tokens in an FTS5 table. ``chunk_vocab`` (``fts5vocab``,
-    ``instance``) reads FTS5's own postings: term frequencies for BM25.
+    rowid, the chunk's index tokens in an FTS5 table (phrases and negations).
+``term_postings``
+    Per term, packed (chunk id, term frequency) segments: what BM25 reads (``postings.py``;
+    schema version 3, filled from FTS5's ``chunk_vocab`` when a file is upgraded).
 ``index_jobs``
     Unfinished deferred-indexing work (``pending``/``running``/``failed``); finished jobs
     are deleted.
@@ -28,9 +30,11 @@ Tables:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from context_search.errors import InvalidConfigError
+from context_search.sqlite.postings import backfill
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
@@ -55,7 +59,10 @@ def _generation_trigger(table: str, event: str, row: str) -> str:
     )
 
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+#: A migration step: a statement, or a function of the connection for what SQL cannot do.
+Step = str | Callable[[Any], None]
+
+MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     (
         """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT""",
         """CREATE TABLE documents (
@@ -119,6 +126,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             ("chunks", "DELETE", "old"),
         )
     ),
+    # 3: postings as packed segments per term (``postings.py``), filled from FTS5's.
+    (
+        """CREATE TABLE term_postings (
+            term TEXT NOT NULL,
+            level INTEGER NOT NULL,
+            first_chunk INTEGER NOT NULL,
+            chunk_ids BLOB NOT NULL,
+            tfs BLOB NOT NULL,
+            PRIMARY KEY (term, level, first_chunk)
+        ) WITHOUT ROWID, STRICT""",
+        backfill,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -136,8 +155,11 @@ def migrate(conn: Any) -> int:
                 details={"field": "schema_version"},
             )
         for statements in MIGRATIONS[version:]:
-            for statement in statements:
-                conn.execute(statement)
+            for step in statements:
+                if isinstance(step, str):
+                    conn.execute(step)
+                else:
+                    step(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

@@ -16,7 +16,9 @@ import numpy.typing as npt
 
 from context_search.contract import ContextDocumentRecord, Lifecycle, RecordOutcome
 from context_search.errors import NotFoundError
-from context_search.sqlite.codec import encode_tokens, record_from_json, record_to_json, vector_blob
+from context_search.sqlite import postings
+from context_search.sqlite.codec import record_from_json, record_to_json, vector_blob
+from context_search.sqlite.postings import PostingBuffer
 from context_search.text import Chunk
 from context_search.text.indexing import SearchableChunks
 from context_search.text.stemming import index_terms
@@ -41,11 +43,16 @@ def writing(conn: Any) -> Iterator[Any]:
     """The write transaction: the database lock is taken at ``BEGIN`` (after at most
     ``busy_timeout``), so a write never fails half-way on a lock."""
     conn.execute("BEGIN IMMEDIATE")
+    buffer = PostingBuffer()
+    token = postings.PENDING.set(buffer)
     try:
         yield conn
+        buffer.write(conn)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    finally:
+        postings.PENDING.reset(token)
     conn.execute("COMMIT")
 
 
@@ -110,15 +117,21 @@ class IndexEntries:
 
 
 def write_entries(conn: Any, doc_id: str, entries: IndexEntries) -> int:
-    """Replace the document's chunks (and their FTS5 rows, by trigger) with ``entries``."""
+    """Replace the document's chunks (and their FTS5 rows, by trigger) with ``entries``;
+    their postings are written with the transaction's (``postings.py``)."""
+    buffer = postings.PENDING.get()
+    if buffer is None:
+        raise RuntimeError("write_entries runs inside writing()")
     conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
     chunks: list[Chunk] = entries.parts.chunks
     for chunk, text, vector in zip(chunks, entries.parts.texts, entries.vectors, strict=True):
         tokens = index_terms(text, config=entries.text_search_config)
-        cur = conn.execute(
-            """INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, snippet, length,
-                                   embedding) VALUES (?, ?, ?, ?, ?, ?, ?)""",
+        chunk_id = buffer.chunk_id(conn)
+        conn.execute(
+            """INSERT INTO chunks (chunk_id, doc_id, ordinal, start_byte, end_byte, snippet,
+                                   length, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
             (
+                chunk_id,
                 doc_id,
                 chunk.ordinal,
                 chunk.start_byte,
@@ -130,7 +143,7 @@ def write_entries(conn: Any, doc_id: str, entries: IndexEntries) -> int:
         )
         conn.execute(
             "INSERT INTO chunk_fts (rowid, tokens) VALUES (?, ?)",
-            (cur.lastrowid, encode_tokens(tokens)),
+            (chunk_id, buffer.add(chunk_id, tokens)),
         )
     return len(chunks)
 

@@ -1,0 +1,134 @@
+"""The SQLite lexical arm's postings (``sqlite/postings.py``): packed segments per term,
+merged level by level, never counting a removed chunk, and built from FTS5's own postings
+when a file from before them is opened."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
+from context_search.sqlite import SQLiteSearchConnector
+from context_search.sqlite.driver import load_driver
+from context_search.sqlite.postings import FANOUT, read_postings
+
+pytestmark = pytest.mark.unit
+
+TEAM = "team"
+
+
+def _doc(doc_id: str, body: str) -> ContextDocumentRecord:
+    return ContextDocumentRecord(document_id=doc_id, body=body, permission_scope=TEAM)
+
+
+def _raw(path: str) -> Any:
+    return load_driver().connect(path, busy_timeout_ms=1000, functions={})
+
+
+def _fts_postings(conn: Any) -> dict[str, dict[int, int]]:
+    """Every term's (chunk id -> frequency) as FTS5 counts them."""
+    out: dict[str, dict[int, int]] = {}
+    for term, chunk, tf in conn.execute(
+        "SELECT term, doc, count(*) FROM chunk_vocab GROUP BY term, doc"
+    ).fetchall():
+        out.setdefault(term, {})[int(chunk)] = int(tf)
+    return out
+
+
+def _ours(conn: Any, live: set[int]) -> dict[str, dict[int, int]]:
+    """Every term's live (chunk id -> frequency) as the segments hold them."""
+    out: dict[str, dict[int, int]] = {}
+    terms = [r[0] for r in conn.execute("SELECT DISTINCT term FROM term_postings").fetchall()]
+    for term in terms:
+        rows = conn.execute(
+            "SELECT chunk_ids, tfs FROM term_postings WHERE term = ?", (term,)
+        ).fetchall()
+        ids, tfs = read_postings(rows)
+        assert list(ids) == sorted(set(ids.tolist()))  # one posting per chunk, in order
+        held = {int(c): int(t) for c, t in zip(ids, tfs, strict=True) if int(c) in live}
+        if held:
+            out[term] = held
+    return out
+
+
+def test_small_writes_merge_into_levels_and_agree_with_fts5(sqlite_path: str) -> None:
+    """Forty one-document transactions: every term's segments stay under ``FANOUT`` per
+    level, and together they hold exactly what FTS5 holds, frequencies included."""
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
+        for i in range(40):
+            c.upsert([_doc(f"d{i}", f"aurora aurora restarts node{i % 3} drill {i}")])
+    conn = _raw(sqlite_path)
+    per_level = conn.execute(
+        "SELECT term, level, count(*) FROM term_postings GROUP BY term, level"
+    ).fetchall()
+    assert max(n for _, _, n in per_level) < FANOUT
+    assert max(level for _, level, _ in per_level) >= 2  # 40 transactions: merged twice
+    live = {r[0] for r in conn.execute("SELECT chunk_id FROM chunks").fetchall()}
+    assert _ours(conn, live) == _fts_postings(conn)
+    aurora = next(t for t, chunks in _fts_postings(conn).items() if len(chunks) == 40)
+    assert set(Counter(_ours(conn, live)[aurora].values())) == {2}
+
+
+def test_a_rewritten_document_gets_new_chunk_ids_and_old_postings_never_count(
+    sqlite_path: str,
+) -> None:
+    """The document holding the highest chunk ids is rewritten: SQLite would hand its ids
+    out again, and the old chunk's postings would be read as the new one's."""
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
+        c.upsert([_doc("a", "harbor cranes"), _doc("z", "glacier glacier survey")])
+        conn = _raw(sqlite_path)
+        before = {r[0] for r in conn.execute("SELECT chunk_id FROM chunks").fetchall()}
+        c.upsert([_doc("z", "harbor survey")])
+        after = conn.execute("SELECT chunk_id FROM chunks WHERE doc_id = 'z'").fetchall()
+        assert all(r[0] > max(before) for r in after)
+        hits = c.search(SearchQuery(query="glacier", allowed_scopes=[TEAM])).rank_log.entries
+        assert [e.doc_id for e in hits if e.lexical_rank is not None] == []
+        found = c.search(SearchQuery(query="harbor", allowed_scopes=[TEAM])).rank_log.entries
+        assert sorted(e.doc_id for e in found if e.lexical_rank is not None) == ["a", "z"]
+        c.delete_or_supersede("z")
+        c.upsert([_doc("b", "harbor glacier")])
+        glacier = c.search(SearchQuery(query="glacier", allowed_scopes=[TEAM])).rank_log.entries
+        assert [e.doc_id for e in glacier if e.lexical_rank is not None] == ["b"]
+
+
+def test_a_merge_drops_the_postings_of_removed_chunks(sqlite_path: str) -> None:
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
+        c.upsert([_doc("gone", "aurora")])
+        conn = _raw(sqlite_path)
+        (gone,) = conn.execute("SELECT chunk_id FROM chunks WHERE doc_id = 'gone'").fetchone()
+        c.upsert([_doc("gone", "nothing shared")])
+        for i in range(FANOUT**2):
+            c.upsert([_doc(f"d{i}", f"aurora {i}")])
+    held = []
+    for ids_blob, _ in conn.execute("SELECT chunk_ids, tfs FROM term_postings").fetchall():
+        held.extend(read_postings([(ids_blob, _)])[0].tolist())
+    assert gone not in held
+
+
+def test_a_file_from_before_the_postings_gets_them_from_fts5(sqlite_path: str) -> None:
+    """A schema-2 file (no ``term_postings``, no chunk-id counter): opening it builds the
+    postings from FTS5's, and it ranks as it did."""
+    docs = [_doc(f"d{i}", f"aurora restarts {'nightly ' * (i % 3)}node {i}") for i in range(12)]
+    query = SearchQuery(query="aurora nightly", allowed_scopes=[TEAM])
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
+        c.upsert(docs)
+        before = c.search(query).rank_log.entries
+    conn = _raw(sqlite_path)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("DROP TABLE term_postings")
+    conn.execute("DELETE FROM meta WHERE key = 'next_chunk_id'")
+    conn.execute("PRAGMA user_version = 2")
+    conn.execute("COMMIT")
+    conn.close()
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
+        assert c.search(query).rank_log.entries == before
+        conn = _raw(sqlite_path)
+        live = {r[0] for r in conn.execute("SELECT chunk_id FROM chunks").fetchall()}
+        assert _ours(conn, live) == _fts_postings(conn)
+        top = max(live)
+        c.upsert([_doc("new", "aurora nightly nightly")])
+        (new,) = conn.execute("SELECT chunk_id FROM chunks WHERE doc_id = 'new'").fetchone()
+        assert new > top
+        assert c.search(query).rank_log.entries[0].doc_id == "new"
