@@ -11,8 +11,10 @@ import pytest
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.sqlite import SQLiteSearchConnector
+from context_search.sqlite.codec import encode_tokens
 from context_search.sqlite.driver import load_driver
 from context_search.sqlite.postings import FANOUT, read_postings
+from context_search.text.stemming import index_terms
 
 pytestmark = pytest.mark.unit
 
@@ -67,7 +69,8 @@ def test_small_writes_merge_into_levels_and_agree_with_fts5(sqlite_path: str) ->
     assert max(level for _, level, _ in per_level) >= 2  # 40 transactions: merged twice
     live = {r[0] for r in conn.execute("SELECT chunk_id FROM chunks").fetchall()}
     assert _ours(conn, live) == _fts_postings(conn)
-    aurora = next(t for t, chunks in _fts_postings(conn).items() if len(chunks) == 40)
+    aurora = encode_tokens(index_terms("aurora", config="english"))
+    assert len(_ours(conn, live)[aurora]) == 40
     assert set(Counter(_ours(conn, live)[aurora].values())) == {2}
 
 
@@ -108,7 +111,7 @@ def test_a_merge_drops_the_postings_of_removed_chunks(sqlite_path: str) -> None:
 
 
 def test_a_file_from_before_the_postings_gets_them_from_fts5(sqlite_path: str) -> None:
-    """A schema-2 file (no ``term_postings``, no chunk-id counter): opening it builds the
+    """A schema-2 file (no ``term_postings``, counter or trigger): opening it builds the
     postings from FTS5's, and it ranks as it did."""
     docs = [_doc(f"d{i}", f"aurora restarts {'nightly ' * (i % 3)}node {i}") for i in range(12)]
     query = SearchQuery(query="aurora nightly", allowed_scopes=[TEAM])
@@ -118,6 +121,7 @@ def test_a_file_from_before_the_postings_gets_them_from_fts5(sqlite_path: str) -
     conn = _raw(sqlite_path)
     conn.execute("BEGIN IMMEDIATE")
     conn.execute("DROP TABLE term_postings")
+    conn.execute("DROP TRIGGER chunks_ids_fresh")
     conn.execute("DELETE FROM meta WHERE key = 'next_chunk_id'")
     conn.execute("PRAGMA user_version = 2")
     conn.execute("COMMIT")
@@ -128,7 +132,25 @@ def test_a_file_from_before_the_postings_gets_them_from_fts5(sqlite_path: str) -
         live = {r[0] for r in conn.execute("SELECT chunk_id FROM chunks").fetchall()}
         assert _ours(conn, live) == _fts_postings(conn)
         top = max(live)
-        c.upsert([_doc("new", "aurora nightly nightly")])
-        (new,) = conn.execute("SELECT chunk_id FROM chunks WHERE doc_id = 'new'").fetchone()
+        (holder,) = conn.execute("SELECT doc_id FROM chunks WHERE chunk_id = ?", (top,)).fetchone()
+        # Rewriting the document that holds the highest id removes it first: without the
+        # counter the backfill set, the new chunk would take that id, and its postings.
+        c.upsert([_doc(holder, "aurora nightly nightly")])
+        (new,) = conn.execute("SELECT chunk_id FROM chunks WHERE doc_id = ?", (holder,)).fetchone()
         assert new > top
-        assert c.search(query).rank_log.entries[0].doc_id == "new"
+        assert c.search(query).rank_log.entries[0].doc_id == holder
+
+
+def test_an_insert_that_would_reuse_an_id_is_refused(sqlite_path: str) -> None:
+    """A writer that lets SQLite pick the row id (an older version of this package, still
+    running on an upgraded file) would take a removed chunk's id and write no postings."""
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
+        c.upsert([_doc("a", "harbor"), _doc("z", "glacier")])
+        c.upsert([_doc("z", "glacier survey")])
+    conn = _raw(sqlite_path)
+    insert = (
+        "INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, snippet, length, embedding) "
+        "VALUES ('a', 9, 0, 1, 'x', 1, x'')"
+    )
+    with pytest.raises(load_driver().error, match="chunk ids are given"):
+        conn.execute(insert)

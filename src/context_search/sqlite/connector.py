@@ -1,6 +1,7 @@
 """The built-in SQLite connector: one file, no server, every contract rule.
 
-Lexical search runs on FTS5's postings, vector search on exact cosine, both over each
+Lexical search runs on packed postings per term (``postings.py``; FTS5 checks phrases and
+negations), vector search on exact cosine, both over each
 scope's arrays held in memory and checked against the file on every read (``snapshot.py``,
 ``ranking.py``); results go through the shared response assembly, so rank logs, freshness
 and explain notes mean what they mean on every backend.

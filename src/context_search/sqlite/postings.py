@@ -12,10 +12,12 @@ int32) at level 0. When a term has :data:`FANOUT` segments on one level they are
 into one on the next, so a term is at most ``FANOUT - 1`` segments per level, and a
 posting is rewritten once per level (logarithmically often), not once per write.
 
-Chunk ids are never reused (``meta.next_chunk_id``): the postings of a removed chunk stay
-until a merge drops them, and readers keep only the ids in their scopes' arrays (every
-statistic is computed over those, as before), so a stale posting can never be counted for
-a chunk that took its id.
+Chunk ids are never reused (``meta.next_chunk_id``, and a trigger refusing any insert below
+it, such as one from an older version of this package still running on the file, which
+would write no postings): the postings of a removed chunk may stay indefinitely (a merge of
+their term's level drops them), and readers keep only the ids in their scopes' arrays
+(every statistic is computed over those, as before), so a stale posting can never be
+counted for a chunk that took its id.
 
 FTS5 stays the index of phrases and negations (``chunk_fts MATCH``).
 """
@@ -58,6 +60,8 @@ _IDS, _TFS = np.dtype("<i8"), np.dtype("<i4")
 _NEXT_ID = """SELECT max(
     coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'next_chunk_id'), 1),
     coalesce((SELECT max(chunk_id) FROM chunks), 0) + 1)"""
+
+_LIVE_BETWEEN = "SELECT chunk_id FROM chunks WHERE chunk_id BETWEEN ? AND ?"
 
 #: A term's levels holding :data:`FANOUT` segments, among the terms a transaction wrote.
 _FULL_LEVELS = """SELECT p.term, p.level FROM temp.touched_terms AS t
@@ -139,22 +143,22 @@ def _merge_full_levels(conn: Any, terms: list[str]) -> None:
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS touched_terms (term TEXT PRIMARY KEY)")
     conn.execute("DELETE FROM temp.touched_terms")
     conn.executemany("INSERT INTO temp.touched_terms (term) VALUES (?)", ((t,) for t in terms))
-    live: npt.NDArray[np.int64] | None = None
     while True:
         full = conn.execute(_FULL_LEVELS, (FANOUT,)).fetchall()
         if not full:
             break
-        if live is None:
-            live = np.array(
-                [r[0] for r in conn.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id")],
-                dtype=np.int64,
-            )
         for term, level in full:
             segments = conn.execute(
                 "DELETE FROM term_postings WHERE term = ? AND level = ? RETURNING chunk_ids, tfs",
                 (term, level),
             ).fetchall()
             ids, tfs = read_postings(segments)
+            if not len(ids):
+                continue
+            live = np.fromiter(
+                (r[0] for r in conn.execute(_LIVE_BETWEEN, (int(ids[0]), int(ids[-1])))),
+                np.int64,
+            )
             keep = np.isin(ids, live, assume_unique=True)
             ids, tfs = ids[keep], tfs[keep]
             if len(ids):

@@ -3,8 +3,8 @@
 A search over the file through SQL alone read every visible chunk row, its vector included,
 for every query (a cosine per row through a function call, then window functions to keep
 each document's best chunk): ~400 ms over SciFact's 8,757 chunks. Arrays make the vector
-arm one matrix product and the lexical arm a few vector operations over the postings FTS5
-returns (``ranking.py``).
+arm one matrix product and the lexical arm a few vector operations over the postings
+(``postings.py``, ``ranking.py``).
 
 Each scope's arrays are loaded through the caller's views (``reads.py``) inside the
 caller's read transaction, so a scope is only ever loaded by a caller allowed to read it,
