@@ -29,6 +29,7 @@ __all__ = [
     "LexicalPlan",
     "decode_token",
     "encode_tokens",
+    "hex_token",
     "lexical_plan",
     "record_from_json",
     "record_to_json",
@@ -64,13 +65,14 @@ def record_from_json(text: str) -> ContextDocumentRecord:
 
 
 @lru_cache(maxsize=200_000)
-def _hex(token: str) -> str:
+def hex_token(token: str) -> str:
+    """A term as FTS5 and the postings store it. A corpus repeats its terms: each is
+    hex-encoded once (a tenth of an ingest otherwise)."""
     return token.encode("utf-8").hex()
 
 
 def encode_tokens(tokens: list[str]) -> str:
-    # A corpus repeats its terms: each is hex-encoded once (a tenth of an ingest otherwise).
-    return " ".join(map(_hex, tokens))
+    return " ".join(map(hex_token, tokens))
 
 
 def decode_token(token: str) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_search.sqlite.codec import encode_tokens
+from context_search.sqlite.codec import hex_token
 
 __all__ = [
     "FANOUT",
@@ -94,7 +94,13 @@ class PostingBuffer:
     """One write transaction's new chunks: their ids (from the file's counter) and terms."""
 
     next_id: int | None = None
-    terms: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    #: Term (as analysed, before hex encoding) -> its number in this transaction; per
+    #: posting: the term's number, the chunk id and the frequency, flat (a list per term
+    #: cost a third of an ingest's postings).
+    terms: dict[str, int] = field(default_factory=dict)
+    posting_terms: list[int] = field(default_factory=list)
+    posting_chunks: list[int] = field(default_factory=list)
+    posting_tfs: list[int] = field(default_factory=list)
 
     def chunk_id(self, conn: Any) -> int:
         """A fresh chunk id: above every id the file ever gave, removed chunks' included."""
@@ -108,10 +114,16 @@ class PostingBuffer:
     def add(self, chunk_id: int, tokens: list[str]) -> str:
         """Note ``tokens`` (the chunk's index terms) under ``chunk_id``; returns them as
         FTS5 stores them."""
-        encoded = encode_tokens(tokens)
-        for term, tf in Counter(encoded.split()).items():
-            self.terms.setdefault(term, []).append((chunk_id, tf))
-        return encoded
+        counts = Counter(tokens)
+        numbers = self.terms
+        for term in counts:
+            if term not in numbers:
+                numbers[term] = len(numbers)
+        self.posting_terms.extend(map(numbers.__getitem__, counts))
+        self.posting_chunks.extend([chunk_id] * len(counts))
+        self.posting_tfs.extend(counts.values())
+        encoded = {term: hex_token(term) for term in counts}
+        return " ".join(map(encoded.__getitem__, tokens))
 
     def write(self, conn: Any) -> None:
         """Add this transaction's segments, merge the levels they fill, save the counter."""
@@ -123,18 +135,23 @@ class PostingBuffer:
             )
         if not self.terms:
             return
-        rows = []
-        for term, entries in self.terms.items():
-            ids = np.fromiter((c for c, _ in entries), np.int64, len(entries))
-            tfs = np.fromiter((t for _, t in entries), np.int64, len(entries))
-            rows.append((term, 0, int(ids[0]), *_pack(ids, tfs)))
+        numbers = np.array(self.posting_terms, np.int64)
+        chunks = np.array(self.posting_chunks, _IDS)
+        tfs = np.array(self.posting_tfs, _TFS)
+        order = np.lexsort((chunks, numbers))  # by term, then chunk id
+        numbers, chunks, tfs = numbers[order], chunks[order], tfs[order]
+        cuts = (np.flatnonzero(np.diff(numbers)) + 1).tolist()
+        names = list(map(hex_token, self.terms))  # in the order they were numbered
         conn.executemany(
             "INSERT INTO term_postings (term, level, first_chunk, chunk_ids, tfs) "
             "VALUES (?, ?, ?, ?, ?)",
-            rows,
+            (
+                (names[numbers[a]], 0, int(chunks[a]), chunks[a:b].tobytes(), tfs[a:b].tobytes())
+                for a, b in zip([0, *cuts], [*cuts, len(numbers)], strict=True)
+            ),
         )
-        _merge_full_levels(conn, sorted(self.terms))
-        self.terms = {}
+        _merge_full_levels(conn, sorted(names))
+        self.terms, self.posting_terms, self.posting_chunks, self.posting_tfs = {}, [], [], []
 
 
 def _merge_full_levels(conn: Any, terms: list[str]) -> None:
