@@ -1,18 +1,17 @@
 """The hybrid search statement: BM25 lexical arm + HNSW vector arm, fused in one round trip.
 
 BM25 inside PostgreSQL, in two stages: the highest-impact postings of each query term are
-scored from the postings alone (idf x impact); in that order, candidate chunks are fetched by
-key, checked against the full tsquery (phrases, negation) when the query has any, and the
-first ``lex_chunks`` that pass get their exact BM25 over every query term, from the term
-frequencies in the chunk's own tsvector (read with the chunk, no further lookups). Document
-frequencies come from per-scope counters (``term_stats``) and chunk counts and lengths from
-``scope_stats``, over the chunks the caller may see (scope and not deleted), so scores never
-depend on invisible rows. The vector arm orders by cosine
-distance with pgvector's iterative HNSW scan, so filters cannot silently shrink the
-candidate pool, or computes exact distances when few rows pass (counted by ``scope_stats``
-when no document filter applies; its parts are in ``vector``). Both arms group chunks
-to documents (best chunk wins) before ranks are assigned, then RRF or convex fusion runs
-server-side.
+scored from the postings alone (idf x impact); in that order, candidate chunks are fetched
+by key, checked against the full tsquery (phrases, negation) when the query has any, and
+the first ``lex_chunks`` that pass get their exact BM25 over every query term, from the
+term frequencies in the chunk's own tsvector (read with the chunk, no further lookups).
+Document frequencies come from per-scope counters (``term_stats``) and chunk counts and
+lengths from ``scope_stats``, over the chunks the caller may see (scope and not deleted),
+so scores never depend on invisible rows. The vector arm orders by cosine distance with
+pgvector's iterative HNSW scan, so filters cannot silently shrink the candidate pool, or
+computes exact distances when few rows pass (counted by ``scope_stats`` when no document
+filter applies; its parts are in ``vector``). Both arms group chunks to documents (best
+chunk wins) before ranks are assigned, then RRF or convex fusion runs server-side.
 
 The statement is hand-written SQL assembled from named parts with ``psycopg.sql``: each
 common table expression is a fixed template, the parts that vary (the document filter,
@@ -118,15 +117,13 @@ _IDF = """
 
 _CANDIDATES = """
     -- Stage 1, postings alone: the strongest live postings of each term, scored by idf x
-    -- impact (BM25's tf part at a reference length). Work is bounded by the query, not by
-    -- how many chunks contain a common word, nor by how many of them belong to scopes the
-    -- caller may not see: every visible (lexeme, scope, lifecycle) group that holds the
-    -- term (its counter in term_stats) gives at most the term's bound, and the strongest
-    -- of those are kept. A group's postings are in blocks, each with its largest impact
-    -- (engine/postings.py); the group's bound strongest live postings are read whether or
-    -- not it is merged: the bound-th strongest live posting of its first blocks is a
-    -- threshold tau, and every block whose maximum exceeds tau is read. Postings of chunks
-    -- removed since the group's last merge are in its tombstones, skipped here.
+    -- impact (BM25's tf part at a reference length). Work is bounded by the query, not by how
+    -- many chunks hold a common word, nor by how many are in scopes the caller may not see:
+    -- every visible (lexeme, scope, lifecycle) group holding the term (its term_stats row)
+    -- gives at most the term's bound. A group's postings are in blocks, each with its largest
+    -- impact (engine/postings.py), merged or not: the bound-th strongest live posting of its
+    -- first blocks is a threshold tau, and every block whose maximum exceeds tau is read.
+    -- Postings of chunks removed since the group's last merge (its tombstones) are skipped.
     SELECT top.chunk_id, bool_and(top.lifecycle = ANY(CAST(:lifecycles AS text[])))
                AS lifecycle_ok,
            sum(i.idf * top.impact) AS approx
@@ -169,24 +166,28 @@ _CANDIDATES = """
             ) AS f
         ) AS th
         CROSS JOIN LATERAL (
-            -- Every live posting stronger than tau is in a block whose maximum exceeds tau;
-            -- postings equal to tau come from the first blocks (ties cut in block order,
-            -- so a term whose postings all tie reads its first blocks, not all of them).
-            SELECT y.chunk_id, y.impact
-            FROM (
-                SELECT x.chunk_id, x.impact
-                FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
-                UNION
-                SELECT x.chunk_id, x.impact
-                FROM posting_blocks b
-                CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
-                WHERE th.more
-                  AND b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
-                  AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau
-                  AND x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
-            ) AS y
-            ORDER BY y.impact DESC, y.chunk_id
-            LIMIT i.bound
+            -- If no other block can (not more), the first blocks' postings are the answer as
+            -- they are; else every live posting stronger than tau is in a block whose maximum
+            -- exceeds tau, and those equal to tau come from the first blocks (block order).
+            SELECT x.chunk_id, x.impact
+            FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
+            WHERE NOT th.more
+            UNION ALL
+            (SELECT y.chunk_id, y.impact
+             FROM (
+                 SELECT x.chunk_id, x.impact
+                 FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
+                 UNION
+                 SELECT x.chunk_id, x.impact
+                 FROM posting_blocks b
+                 CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
+                 WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
+                   AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau
+                   AND x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
+             ) AS y
+             WHERE th.more
+             ORDER BY y.impact DESC, y.chunk_id
+             LIMIT i.bound)
         ) AS e
         WHERE s.lexeme = i.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
           AND s.lifecycle <> 'deleted' AND s.df > 0
