@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
-from context_search.sqlite import SQLiteSearchConnector
+from context_search.sqlite import SQLiteSearchConnector, postings
 from context_search.sqlite.codec import encode_tokens
 from context_search.sqlite.driver import load_driver
 from context_search.sqlite.postings import FANOUT, read_postings
@@ -110,9 +110,13 @@ def test_a_merge_drops_the_postings_of_removed_chunks(sqlite_path: str) -> None:
     assert gone not in held
 
 
-def test_a_file_from_before_the_postings_gets_them_from_fts5(sqlite_path: str) -> None:
+def test_a_file_from_before_the_postings_gets_them_from_fts5(
+    sqlite_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A schema-2 file (no ``term_postings``, counter or trigger): opening it builds the
-    postings from FTS5's, and it ranks as it did."""
+    postings from FTS5's, in batches (small here, so several are written and merged), and
+    it ranks as it did."""
+    monkeypatch.setattr(postings, "_BACKFILL_BATCH", 7)
     docs = [_doc(f"d{i}", f"aurora restarts {'nightly ' * (i % 3)}node {i}") for i in range(12)]
     query = SearchQuery(query="aurora nightly", allowed_scopes=[TEAM])
     with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
