@@ -72,24 +72,32 @@ _FULL_LEVELS = """SELECT p.term, p.level FROM temp.touched_terms AS t
     GROUP BY p.term, p.level HAVING count(*) >= ?"""
 
 
-def _pack(ids: npt.NDArray[np.int64], tfs: npt.NDArray[np.int64]) -> tuple[bytes, bytes]:
-    return ids.astype(_IDS).tobytes(), tfs.astype(_TFS).tobytes()
+_INSERT = (
+    "INSERT INTO term_postings (term, level, first_chunk, chunk_ids, tfs) VALUES (?, ?, ?, ?, ?)"
+)
+
+
+def _segments(rows: Iterable[tuple[bytes, bytes]]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Segments as one pair of arrays as stored (ids ``_IDS``, frequencies ``_TFS``), in
+    chunk-id order."""
+    parts = [(np.frombuffer(i, dtype=_IDS), np.frombuffer(t, dtype=_TFS)) for i, t in rows]
+    if not parts:
+        return np.zeros(0, _IDS), np.zeros(0, _TFS)
+    ids = np.concatenate([p[0] for p in parts])
+    tfs = np.concatenate([p[1] for p in parts])
+    if len(parts) > 1:
+        order = np.argsort(ids, kind="stable")
+        ids, tfs = ids[order], tfs[order]
+    return ids, tfs
 
 
 def read_postings(
     rows: Iterable[tuple[bytes, bytes]],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """A term's segments (rows of :data:`READ_POSTINGS`) as one pair of arrays in chunk-id
-    order."""
-    parts = [(np.frombuffer(i, dtype=_IDS), np.frombuffer(t, dtype=_TFS)) for i, t in rows]
-    if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    ids = np.concatenate([p[0] for p in parts]).astype(np.int64)
-    tfs = np.concatenate([p[1] for p in parts]).astype(np.float64)
-    if len(parts) > 1:
-        order = np.argsort(ids, kind="stable")
-        ids, tfs = ids[order], tfs[order]
-    return ids, tfs
+    """A term's segments (rows of :data:`READ_POSTINGS`) as chunk ids and frequencies, in
+    chunk-id order."""
+    ids, tfs = _segments(rows)
+    return ids.astype(np.int64), tfs.astype(np.float64)
 
 
 @dataclass
@@ -154,8 +162,7 @@ class PostingBuffer:
         # In the order they were numbered.
         names = list(self.terms) if self.encoded else list(map(hex_token, self.terms))
         conn.executemany(
-            "INSERT INTO term_postings (term, level, first_chunk, chunk_ids, tfs) "
-            "VALUES (?, ?, ?, ?, ?)",
+            _INSERT,
             (
                 (names[numbers[a]], 0, int(chunks[a]), chunks[a:b].tobytes(), tfs[a:b].tobytes())
                 for a, b in zip([0, *cuts], [*cuts, len(numbers)], strict=True)
@@ -180,21 +187,16 @@ def _merge_full_levels(conn: Any, terms: list[str]) -> None:
                 "DELETE FROM term_postings WHERE term = ? AND level = ? RETURNING chunk_ids, tfs",
                 (term, level),
             ).fetchall()
-            ids, tfs = read_postings(segments)
+            ids, tfs = _segments(segments)
             if not len(ids):
                 continue
             live = np.fromiter(
-                (r[0] for r in conn.execute(_LIVE_BETWEEN, (int(ids[0]), int(ids[-1])))),
-                np.int64,
+                (r[0] for r in conn.execute(_LIVE_BETWEEN, (int(ids[0]), int(ids[-1])))), _IDS
             )
             keep = np.isin(ids, live, assume_unique=True)
             ids, tfs = ids[keep], tfs[keep]
             if len(ids):
-                conn.execute(
-                    "INSERT INTO term_postings (term, level, first_chunk, chunk_ids, tfs) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (term, level + 1, int(ids[0]), *_pack(ids, tfs.astype(np.int64))),
-                )
+                conn.execute(_INSERT, (term, level + 1, int(ids[0]), ids.tobytes(), tfs.tobytes()))
     conn.execute("DELETE FROM temp.touched_terms")
 
 
@@ -208,9 +210,5 @@ def backfill(conn: Any) -> None:
         buffer.note(int(chunk_id), Counter(tokens.split()))
         if len(buffer.posting_terms) >= _BACKFILL_BATCH:
             buffer.write(conn)
+    buffer.next_id = int(conn.execute(_NEXT_ID).fetchone()[0])  # saved by the last write
     buffer.write(conn)
-    conn.execute(
-        "INSERT INTO meta (key, value) SELECT 'next_chunk_id', "
-        "CAST(coalesce(max(chunk_id), 0) + 1 AS TEXT) FROM chunks "
-        "WHERE true ON CONFLICT (key) DO NOTHING"  # WHERE: else ON parses as a join's
-    )
