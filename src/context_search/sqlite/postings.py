@@ -2,9 +2,9 @@
 
 FTS5 keeps every occurrence of a term, and ``fts5vocab`` hands them back one row each: a
 search reading a common term's postings for the first time spent about a microsecond per
-occurrence in the virtual table and the row conversion (13 ms for one term over SciFact's
-8,757 chunks, ten times that at 100k). Here a term's postings are a few rows whose blobs
-become arrays without a per-posting step.
+occurrence in the virtual table and the row conversion (13 ms for one common term over
+SciFact's 8,757 chunks, and more the larger the index). Here a term's postings are a few
+rows whose blobs become arrays without a per-posting step.
 
 Layout: ``term_postings(term, level, first_chunk, chunk_ids, tfs)``. Each write transaction
 adds one segment per term it wrote (ascending chunk ids, little-endian int64; frequencies
