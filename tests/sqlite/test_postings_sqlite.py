@@ -158,3 +158,29 @@ def test_an_insert_that_would_reuse_an_id_is_refused(sqlite_path: str) -> None:
     )
     with pytest.raises(load_driver().error, match="chunk ids are given"):
         conn.execute(insert)
+
+
+def test_a_document_rewritten_within_one_transaction_keeps_only_its_last_fts_rows(
+    sqlite_path: str,
+) -> None:
+    """A transaction's FTS5 rows are written at its end; a document whose chunks it
+    replaced before then leaves none of the replaced chunks' rows behind."""
+    from context_search.sqlite import writes
+    from context_search.text.indexing import searchable_chunks
+
+    embedder = HashingEmbedder()
+    with SQLiteSearchConnector.open(sqlite_path, embedder=embedder) as c:
+        c.upsert([_doc("d", "first words aurora")])  # the row the entries belong to
+    conn = _raw(sqlite_path)
+
+    def entries(body: str) -> writes.IndexEntries:
+        parts = searchable_chunks(_doc("d", body), 0, chunk_bytes=1200, chunk_overlap=200)
+        return writes.IndexEntries(parts, embedder.embed_documents(parts.texts), "english")
+
+    with writes.writing(conn):
+        writes.write_entries(conn, "d", entries("second words borealis"))
+        writes.write_entries(conn, "d", entries("third words cassiopeia"))
+    chunk_ids = [r[0] for r in conn.execute("SELECT chunk_id FROM chunks").fetchall()]
+    fts = conn.execute("SELECT rowid, tokens FROM chunk_fts ORDER BY rowid").fetchall()
+    assert [r[0] for r in fts] == chunk_ids
+    assert fts[0][1] == encode_tokens(index_terms("third words cassiopeia", config="english"))

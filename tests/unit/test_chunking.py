@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from context_search import InvalidRecordError
 from context_search.text import Chunk, chunk_text, stitch, validate_spans
-from context_search.text.chunking import _SPACE_CODE_POINTS
+from context_search.text.chunking import _SPACE_CODE_POINTS, _cut
 
 pytestmark = pytest.mark.unit
 
@@ -99,6 +99,21 @@ def test_stitching_caller_spans_follows_ordinals_and_overlaps() -> None:
     assert stitch(validate_spans(body, [spans[1], spans[0], spans[2]])) != body
     assert stitch(validate_spans(body, [(0, 13), (14, len(raw))])) != body  # a gap
     assert stitch([]) == ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=_BODIES, max_bytes=st.integers(16, 3000), overlap_frac=st.floats(0, 0.95))
+def test_a_body_that_fits_is_one_chunk_as_the_general_cut_gives_it(
+    body: str, max_bytes: int, overlap_frac: float
+) -> None:
+    """Bodies within ``max_bytes`` skip the arrays; the general cut agrees with them."""
+    overlap = int(max_bytes * overlap_frac)
+    chunks = chunk_text(body, max_bytes=max_bytes, overlap_bytes=overlap)
+    stripped = body.strip()
+    if stripped and len(stripped.encode("utf-8")) <= max_bytes:
+        assert len(chunks) == 1
+        first = len(body) - len(body.lstrip())
+        assert chunks == _cut(body, first, len(body.rstrip()), max_bytes, overlap)
 
 
 def test_space_table_matches_str_isspace() -> None:

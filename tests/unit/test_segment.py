@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_search.text import is_cjk, segment_for_index, segment_for_query, tokenize
+from context_search.text.segment import _grams
 
 pytestmark = pytest.mark.unit
 
@@ -72,6 +75,20 @@ def test_tokenize_folds_case_and_width() -> None:
     assert tokenize("Ｆｕｌｌ-width AURORA Straße") == ["full", "width", "aurora", "strasse"]
     assert tokenize("snake_case v2.0") == ["snake_case", "v2", "0"]
     assert tokenize("  ,;  ") == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.one_of(
+        st.text(max_size=60),
+        st.text(alphabet=st.sampled_from("aZ_9 .-ßİﬁＡé\u0301東京서울。"), max_size=40),
+    ),
+    for_query=st.booleans(),
+)
+def test_tokenize_shortcuts_give_the_general_grams(text: str, for_query: bool) -> None:
+    """ASCII text and text without CJK letters skip the run-by-run scan: same tokens."""
+    norm = unicodedata.normalize("NFKC", text).casefold()
+    assert tokenize(text, for_query=for_query) == _grams(norm, for_query=for_query)
 
 
 def test_tokenize_query_and_index_grams() -> None:

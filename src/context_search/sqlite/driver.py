@@ -6,8 +6,9 @@ Vectors need no extension: the vector arm is a matrix product over arrays held i
 (``snapshot.py``, ``ranking.py``).
 
 Every connection gets WAL (one writer, readers never blocked by it), ``busy_timeout`` (a
-bounded wait for the write lock or a checkpoint) and foreign keys. A lock still held when
-the wait ends is :class:`DatabaseLockedError`, never an empty answer.
+bounded wait for the write lock or a checkpoint), foreign keys and a larger page cache
+(:data:`CACHE_KIB`). A lock still held when the wait ends is :class:`DatabaseLockedError`,
+never an empty answer.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from typing import Any
 
 from context_search.errors import BackendError, BackendUnavailableError
 
-__all__ = ["DatabaseLockedError", "Driver", "load_driver", "translate_errors"]
+__all__ = ["CACHE_KIB", "DatabaseLockedError", "Driver", "load_driver", "translate_errors"]
+
+#: Each connection's page cache, at most (KiB; filled only as pages are read or written).
+#: SQLite's default of 2 MiB made a large write transaction spill its dirty pages to the
+#: WAL before its commit, a tenth of an ingest's time.
+CACHE_KIB = 64 * 1024
 
 
 class DatabaseLockedError(BackendUnavailableError):
@@ -54,6 +60,7 @@ class Driver:
             if path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA cache_size = {-CACHE_KIB}")
             for name, func in functions.items():
                 conn.create_function(name, -1, func, deterministic=True)
         return conn

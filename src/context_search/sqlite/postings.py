@@ -33,8 +33,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_search.sqlite.codec import hex_token
-
 __all__ = [
     "FANOUT",
     "PENDING",
@@ -72,6 +70,8 @@ _FULL_LEVELS = """SELECT p.term, p.level FROM temp.touched_terms AS t
     GROUP BY p.term, p.level HAVING count(*) >= ?"""
 
 
+_FTS_INSERT = "INSERT INTO chunk_fts (rowid, tokens) VALUES (?, ?)"
+
 _INSERT = (
     "INSERT INTO term_postings (term, level, first_chunk, chunk_ids, tfs) VALUES (?, ?, ?, ?, ?)"
 )
@@ -105,15 +105,17 @@ class PostingBuffer:
     """One write transaction's new chunks: their ids (from the file's counter) and terms."""
 
     next_id: int | None = None
-    #: Term (as analysed, before hex encoding) -> its number in this transaction; per
+    #: Term (as stored: hex) -> its number in this transaction; per
     #: posting: the term's number, the chunk id and the frequency, flat (a list per term
     #: cost a third of an ingest's postings).
     terms: dict[str, int] = field(default_factory=dict)
     posting_terms: list[int] = field(default_factory=list)
     posting_chunks: list[int] = field(default_factory=list)
     posting_tfs: list[int] = field(default_factory=list)
-    #: The terms noted are already as stored (hex), as FTS5 holds them (:func:`backfill`).
-    encoded: bool = False
+    #: Per document, its new chunks' FTS5 rows. They are written at the end: FTS5 writes
+    #: out its pending rows at every statement's savepoint, so rows added between other
+    #: statements became a segment per document (a sixth of an ingest, and more merging).
+    texts: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
 
     def chunk_id(self, conn: Any) -> int:
         """A fresh chunk id: above every id the file ever gave, removed chunks' included."""
@@ -124,17 +126,19 @@ class PostingBuffer:
         self.next_id += 1
         return given
 
-    def add(self, chunk_id: int, tokens: list[str]) -> str:
-        """Note ``tokens`` (the chunk's index terms) under ``chunk_id``; returns them as
-        FTS5 stores them."""
-        counts = Counter(tokens)
-        self.note(chunk_id, counts)
-        encoded = {term: hex_token(term) for term in counts}
-        return " ".join(map(encoded.__getitem__, tokens))
+    def add(self, doc_id: str, chunk_id: int, tokens: list[str]) -> None:
+        """Note ``tokens`` (the chunk's index terms as stored: hex) under ``chunk_id``, and
+        the chunk's FTS5 row, written with the rest (:meth:`write`)."""
+        self.note(chunk_id, Counter(tokens))
+        self.texts.setdefault(doc_id, []).append((chunk_id, " ".join(tokens)))
+
+    def drop(self, doc_id: str) -> None:
+        """Forget the FTS5 rows of ``doc_id``'s chunks noted so far: they were removed in
+        this transaction (their postings stay until a merge, as a removed chunk's do)."""
+        self.texts.pop(doc_id, None)
 
     def note(self, chunk_id: int, counts: Counter[str]) -> None:
-        """Note one chunk's term frequencies (terms as analysed, or as stored when the
-        buffer is ``encoded``)."""
+        """Note one chunk's term frequencies (terms as stored: hex)."""
         numbers = self.terms
         for term in counts:
             if term not in numbers:
@@ -151,6 +155,9 @@ class PostingBuffer:
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (str(self.next_id),),
             )
+        if self.texts:
+            conn.executemany(_FTS_INSERT, (row for rows in self.texts.values() for row in rows))
+            self.texts = {}
         if not self.terms:
             return
         numbers = np.array(self.posting_terms, np.int64)
@@ -159,8 +166,7 @@ class PostingBuffer:
         order = np.lexsort((chunks, numbers))  # by term, then chunk id
         numbers, chunks, tfs = numbers[order], chunks[order], tfs[order]
         cuts = (np.flatnonzero(np.diff(numbers)) + 1).tolist()
-        # In the order they were numbered.
-        names = list(self.terms) if self.encoded else list(map(hex_token, self.terms))
+        names = list(self.terms)  # in the order they were numbered
         conn.executemany(
             _INSERT,
             (
@@ -205,7 +211,7 @@ def backfill(conn: Any) -> None:
     FTS5 stores for each chunk (reading its per-occurrence vocabulary took twice as long),
     written :data:`_BACKFILL_BATCH` postings at a time so memory stays bounded; the counter
     starts above the file's highest chunk id."""
-    buffer = PostingBuffer(encoded=True)
+    buffer = PostingBuffer()
     for chunk_id, tokens in conn.execute("SELECT rowid, tokens FROM chunk_fts ORDER BY rowid"):
         buffer.note(int(chunk_id), Counter(tokens.split()))
         if len(buffer.posting_terms) >= _BACKFILL_BATCH:

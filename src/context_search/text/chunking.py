@@ -212,6 +212,17 @@ def chunk_text(body: str, *, max_bytes: int = 1200, overlap_bytes: int = 200) ->
     first_m = _NON_SPACE.search(body)
     if first_m is None:
         return []
+    last = len(body.rstrip())
+    whole = body[first_m.start() : last]
+    size = len(whole.encode("utf-8"))
+    if size <= max_bytes:  # one chunk, as _cut would give it, without the arrays
+        start_byte = len(body[: first_m.start()].encode("utf-8"))
+        return [Chunk(ordinal=0, start_byte=start_byte, end_byte=start_byte + size, text=whole)]
+    return _cut(body, first_m.start(), last, max_bytes, overlap_bytes)
+
+
+def _cut(body: str, first: int, last: int, max_bytes: int, overlap_bytes: int) -> list[Chunk]:
+    """:func:`chunk_text` in general; ``first``/``last``: the span of non-space text."""
     cps = np.frombuffer(body.encode("utf-32-le"), dtype="<u4")
     sizes = np.ones(len(cps), dtype=np.uint8)
     for threshold in (0x80, 0x800, 0x10000):
@@ -222,10 +233,9 @@ def chunk_text(body: str, *, max_bytes: int = 1200, overlap_bytes: int = 200) ->
     space = _member(cps, _IS_SPACE)
     strength = _strengths(body, cps, space)
     del cps, sizes
-    last = len(body.rstrip())
 
     chunks: list[Chunk] = []
-    start = first = first_m.start()
+    start = first
     while True:
         base = int(offs[start])
         hard = _index(offs, start, base + max_bytes, "right") - 1
