@@ -100,6 +100,15 @@ def read_postings(
     return ids.astype(np.int64), tfs.astype(np.float64)
 
 
+class _Numbering(dict[str, int]):
+    """Term -> its number, the next one for a term not seen before (a lookup in C per
+    posting instead of a Python test)."""
+
+    def __missing__(self, term: str) -> int:
+        number = self[term] = len(self)
+        return number
+
+
 @dataclass
 class PostingBuffer:
     """One write transaction's new chunks: their ids (from the file's counter) and terms."""
@@ -108,7 +117,7 @@ class PostingBuffer:
     #: Term (as stored: hex) -> its number in this transaction; per
     #: posting: the term's number, the chunk id and the frequency, flat (a list per term
     #: cost a third of an ingest's postings).
-    terms: dict[str, int] = field(default_factory=dict)
+    terms: _Numbering = field(default_factory=_Numbering)
     posting_terms: list[int] = field(default_factory=list)
     posting_chunks: list[int] = field(default_factory=list)
     posting_tfs: list[int] = field(default_factory=list)
@@ -139,11 +148,7 @@ class PostingBuffer:
 
     def note(self, chunk_id: int, counts: Counter[str]) -> None:
         """Note one chunk's term frequencies (terms as stored: hex)."""
-        numbers = self.terms
-        for term in counts:
-            if term not in numbers:
-                numbers[term] = len(numbers)
-        self.posting_terms.extend(map(numbers.__getitem__, counts))
+        self.posting_terms.extend(map(self.terms.__getitem__, counts))
         self.posting_chunks.extend([chunk_id] * len(counts))
         self.posting_tfs.extend(counts.values())
 
@@ -175,7 +180,8 @@ class PostingBuffer:
             ),
         )
         _merge_full_levels(conn, sorted(names))
-        self.terms, self.posting_terms, self.posting_chunks, self.posting_tfs = {}, [], [], []
+        self.terms = _Numbering()
+        self.posting_terms, self.posting_chunks, self.posting_tfs = [], [], []
 
 
 def _merge_full_levels(conn: Any, terms: list[str]) -> None:

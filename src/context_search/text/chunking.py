@@ -116,21 +116,26 @@ def _strengths(
     """How good a break is before each character index (index ``len(body)`` is the end);
     ``space``: which characters are white space."""
     n = len(cps)
+    # ASCII text has no clause punctuation, combining mark or joiner to look for, and text
+    # without a newline no line or paragraph break (most bodies are one or the other).
+    plain = body.isascii()
     strength = np.full(n + 1, _CHAR, dtype=np.uint8)
     word_start = np.zeros(n + 1, dtype=bool)
     word_start[1:n] = space[:-1] & ~space[1:]
-    word_start[1:] |= _member(cps, _IS_CLAUSE)
+    if not plain:
+        word_start[1:] |= _member(cps, _IS_CLAUSE)
     strength[word_start] = _WORD
+    lines = "\n" in body
     for level, pattern in (
-        (_LINE, _LINE_END),
+        (_LINE, _LINE_END if lines else None),
         (_SENTENCE, _SENTENCE_END),
-        (_PARAGRAPH, _PARAGRAPH_END),
+        (_PARAGRAPH, _PARAGRAPH_END if lines else None),
     ):
-        ends = [m.end() for m in pattern.finditer(body)]
+        ends = [m.end() for m in pattern.finditer(body)] if pattern is not None else []
         if ends:
             idx = np.array(ends, dtype=np.int64)
             strength[idx] = np.maximum(strength[idx], level)
-    high = cps[cps >= 0x300]  # combining marks and joiners start at U+0300
+    high = cps[cps >= 0x300] if not plain else cps[:0]  # combining marks etc. from U+0300
     glue = np.zeros(n + 1, dtype=bool)
     if high.size:
         rare = np.unique(high).tolist()
@@ -223,16 +228,22 @@ def chunk_text(body: str, *, max_bytes: int = 1200, overlap_bytes: int = 200) ->
 
 def _cut(body: str, first: int, last: int, max_bytes: int, overlap_bytes: int) -> list[Chunk]:
     """:func:`chunk_text` in general; ``first``/``last``: the span of non-space text."""
-    cps = np.frombuffer(body.encode("utf-32-le"), dtype="<u4")
-    sizes = np.ones(len(cps), dtype=np.uint8)
-    for threshold in (0x80, 0x800, 0x10000):
-        sizes += cps >= threshold
     # int32 offsets halve the memory of multi-megabyte bodies; 4 bytes per code point bound.
-    offs = np.zeros(len(cps) + 1, dtype=np.int32 if len(cps) < 2**29 else np.int64)
-    np.cumsum(sizes, dtype=offs.dtype, out=offs[1:])
+    width = np.int32 if len(body) < 2**29 else np.int64
+    if body.isascii():  # a byte per character: the offsets are the indexes
+        cps = np.frombuffer(body.encode("ascii"), dtype=np.uint8).astype(np.uint32)
+        offs = np.arange(len(cps) + 1, dtype=width)
+    else:
+        cps = np.frombuffer(body.encode("utf-32-le"), dtype="<u4")
+        sizes = np.ones(len(cps), dtype=np.uint8)
+        for threshold in (0x80, 0x800, 0x10000):
+            sizes += cps >= threshold
+        offs = np.zeros(len(cps) + 1, dtype=width)
+        np.cumsum(sizes, dtype=offs.dtype, out=offs[1:])
+        del sizes
     space = _member(cps, _IS_SPACE)
     strength = _strengths(body, cps, space)
-    del cps, sizes
+    del cps
 
     chunks: list[Chunk] = []
     start = first

@@ -81,8 +81,12 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
     text("permission_scope", record.permission_scope, allow_empty=False, max_bytes=MAX_SCOPE_CHARS)
     text("body", record.body, allow_empty=False, max_bytes=MAX_BODY_BYTES)
     for name in _TEXT_FIELDS:
+        value = getattr(record, name)
+        if value.__class__ is str and not value:
+            continue  # unset, the usual case: nothing to check (a call per field was a
+            # tenth of a SQLite ingest)
         # Indexed columns must fit a btree entry; free text (title, summary) may be longer.
-        text(name, getattr(record, name), max_bytes=65536 if name in _LONG_TEXT else 1024)
+        text(name, value, max_bytes=65536 if name in _LONG_TEXT else 1024)
     for name in _TUPLE_FIELDS:
         value = getattr(record, name)
         if not isinstance(value, tuple):
