@@ -116,7 +116,7 @@ def test_a_file_from_before_the_postings_gets_them_from_fts5(
     """A schema-2 file (no ``term_postings``, counter or trigger): opening it builds the
     postings from FTS5's, in batches (small here, so several are written and merged), and
     it ranks as it did."""
-    monkeypatch.setattr(postings, "_BACKFILL_BATCH", 7)
+    monkeypatch.setattr(postings, "_SPILL_POSTINGS", 7)
     docs = [_doc(f"d{i}", f"aurora restarts {'nightly ' * (i % 3)}node {i}") for i in range(12)]
     query = SearchQuery(query="aurora nightly", allowed_scopes=[TEAM])
     with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
@@ -158,6 +158,39 @@ def test_an_insert_that_would_reuse_an_id_is_refused(sqlite_path: str) -> None:
     )
     with pytest.raises(load_driver().error, match="chunk ids are given"):
         conn.execute(insert)
+
+
+@pytest.mark.parametrize("bound", ["_SPILL_POSTINGS", "_SPILL_CHARS"])
+def test_a_large_transaction_writes_what_it_holds_as_it_goes(
+    sqlite_path: str, monkeypatch: pytest.MonkeyPatch, bound: str
+) -> None:
+    """One upsert past the buffer's bounds (small here): postings and FTS5 rows are written
+    several times inside its transaction, merged as they go, and end exactly as FTS5's."""
+    monkeypatch.setattr(postings, bound, 20)
+    docs = [_doc(f"d{i}", f"aurora restarts {'nightly ' * (i % 3)}node {i}") for i in range(30)]
+    written: list[int] = []
+    real_write = postings.PostingBuffer.write
+
+    def counting(self: postings.PostingBuffer, conn: Any) -> None:
+        written.append(len(self.posting_terms))
+        real_write(self, conn)
+
+    monkeypatch.setattr(postings.PostingBuffer, "write", counting)
+    with SQLiteSearchConnector.open(sqlite_path, embedder=HashingEmbedder()) as c:
+        c.upsert(docs)
+    assert len(written) > 3  # spilled on the way, then the rest before COMMIT
+    conn = _raw(sqlite_path)
+    live = {r[0] for r in conn.execute("SELECT chunk_id FROM chunks").fetchall()}
+    assert len(live) == 30
+    assert {r[0] for r in conn.execute("SELECT rowid FROM chunk_fts").fetchall()} == live
+    assert _ours(conn, live) == _fts_postings(conn)
+    nightly = encode_tokens(index_terms("nightly", config="english"))
+    matched = conn.execute(
+        """SELECT c.doc_id FROM chunk_fts AS f JOIN chunks AS c ON c.chunk_id = f.rowid
+           WHERE chunk_fts MATCH ?""",
+        (f'"{nightly}"',),
+    ).fetchall()
+    assert {r[0] for r in matched} == {f"d{i}" for i in range(30) if i % 3}
 
 
 def test_a_document_rewritten_within_one_transaction_keeps_only_its_last_fts_rows(

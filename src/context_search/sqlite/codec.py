@@ -64,10 +64,10 @@ def record_from_json(text: str) -> ContextDocumentRecord:
     return ContextDocumentRecord(**fields)
 
 
-@lru_cache(maxsize=200_000)
+@lru_cache(maxsize=4096)
 def hex_token(token: str) -> str:
-    """A term as FTS5 and the postings store it. A corpus repeats its terms: each is
-    hex-encoded once (a tenth of an ingest otherwise)."""
+    """A term as FTS5 and the postings store it (writers reach it through
+    :func:`~context_search.text.stemming.index_terms`' table, once per word)."""
     return token.encode("utf-8").hex()
 
 

@@ -24,9 +24,10 @@ from context_search.errors import BackendError, BackendUnavailableError
 
 __all__ = ["CACHE_KIB", "DatabaseLockedError", "Driver", "load_driver", "translate_errors"]
 
-#: Each connection's page cache, at most (KiB; filled only as pages are read or written).
-#: SQLite's default of 2 MiB made a large write transaction spill its dirty pages to the
-#: WAL before its commit, a tenth of an ingest's time.
+#: Each connection's page cache, at most (KiB; filled only as pages are read or written,
+#: so a reader, which answers from arrays in memory, stays far below it). SQLite's default
+#: of 2 MiB made a large write transaction spill its dirty pages to the WAL before its
+#: commit, a tenth of an ingest's time.
 CACHE_KIB = 64 * 1024
 
 

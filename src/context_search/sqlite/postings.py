@@ -45,8 +45,8 @@ __all__ = [
 #: Segments of one level that are merged into one of the next.
 FANOUT = 4
 
-#: The postings a write transaction has added so far (``writes.writing`` opens it and
-#: writes it before ``COMMIT``); ``None`` outside one.
+#: The postings and FTS5 rows a write transaction has added so far (``writes.writing``
+#: opens it and writes it before ``COMMIT``); ``None`` outside one.
 PENDING: ContextVar[PostingBuffer | None] = ContextVar(
     "context_search_sqlite_postings", default=None
 )
@@ -59,8 +59,11 @@ _NEXT_ID = """SELECT max(
     coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'next_chunk_id'), 1),
     coalesce((SELECT max(chunk_id) FROM chunks), 0) + 1)"""
 
-#: Postings a backfill holds in memory before writing them as segments.
-_BACKFILL_BATCH = 2_000_000
+#: Postings, and characters of FTS5 rows, a buffer holds before writing them (as segments,
+#: merged as any are) inside its transaction, so memory stays bounded however large the
+#: transaction: a posting costs about 70 bytes of Python objects until written.
+_SPILL_POSTINGS = 2_000_000
+_SPILL_CHARS = 32_000_000
 
 _LIVE_BETWEEN = "SELECT chunk_id FROM chunks WHERE chunk_id BETWEEN ? AND ?"
 
@@ -111,7 +114,9 @@ class _Numbering(dict[str, int]):
 
 @dataclass
 class PostingBuffer:
-    """One write transaction's new chunks: their ids (from the file's counter) and terms."""
+    """One write transaction's new chunks: their ids (from the file's counter), terms and
+    FTS5 rows, written before the transaction commits (:meth:`write`) or earlier when they
+    grow large (:meth:`spill`)."""
 
     next_id: int | None = None
     #: Term (as stored: hex) -> its number in this transaction; per
@@ -125,6 +130,7 @@ class PostingBuffer:
     #: out its pending rows at every statement's savepoint, so rows added between other
     #: statements became a segment per document (a sixth of an ingest, and more merging).
     texts: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    text_chars: int = 0
 
     def chunk_id(self, conn: Any) -> int:
         """A fresh chunk id: above every id the file ever gave, removed chunks' included."""
@@ -139,12 +145,21 @@ class PostingBuffer:
         """Note ``tokens`` (the chunk's index terms as stored: hex) under ``chunk_id``, and
         the chunk's FTS5 row, written with the rest (:meth:`write`)."""
         self.note(chunk_id, Counter(tokens))
-        self.texts.setdefault(doc_id, []).append((chunk_id, " ".join(tokens)))
+        text = " ".join(tokens)
+        self.texts.setdefault(doc_id, []).append((chunk_id, text))
+        self.text_chars += len(text)
 
     def drop(self, doc_id: str) -> None:
-        """Forget the FTS5 rows of ``doc_id``'s chunks noted so far: they were removed in
-        this transaction (their postings stay until a merge, as a removed chunk's do)."""
-        self.texts.pop(doc_id, None)
+        """Forget the FTS5 rows of ``doc_id``'s chunks not yet written: the chunks were
+        removed in this transaction (rows already written go with them, by trigger; their
+        postings stay until a merge, as a removed chunk's do)."""
+        for _, text in self.texts.pop(doc_id, ()):
+            self.text_chars -= len(text)
+
+    def spill(self, conn: Any) -> None:
+        """Write what is held once it passes the bounds (:data:`_SPILL_POSTINGS`)."""
+        if len(self.posting_terms) >= _SPILL_POSTINGS or self.text_chars >= _SPILL_CHARS:
+            self.write(conn)
 
     def note(self, chunk_id: int, counts: Counter[str]) -> None:
         """Note one chunk's term frequencies (terms as stored: hex)."""
@@ -153,7 +168,8 @@ class PostingBuffer:
         self.posting_tfs.extend(counts.values())
 
     def write(self, conn: Any) -> None:
-        """Add this transaction's segments, merge the levels they fill, save the counter."""
+        """Add the FTS5 rows and segments held, merge the levels they fill, save the
+        counter."""
         if self.next_id is not None:
             conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('next_chunk_id', ?) "
@@ -162,7 +178,7 @@ class PostingBuffer:
             )
         if self.texts:
             conn.executemany(_FTS_INSERT, (row for rows in self.texts.values() for row in rows))
-            self.texts = {}
+            self.texts, self.text_chars = {}, 0
         if not self.terms:
             return
         numbers = np.array(self.posting_terms, np.int64)
@@ -215,12 +231,11 @@ def _merge_full_levels(conn: Any, terms: list[str]) -> None:
 def backfill(conn: Any) -> None:
     """Postings for a file written before they existed (schema version 3), from the tokens
     FTS5 stores for each chunk (reading its per-occurrence vocabulary took twice as long),
-    written :data:`_BACKFILL_BATCH` postings at a time so memory stays bounded; the counter
+    written a bounded number of postings at a time (:meth:`PostingBuffer.spill`); the counter
     starts above the file's highest chunk id."""
     buffer = PostingBuffer()
     for chunk_id, tokens in conn.execute("SELECT rowid, tokens FROM chunk_fts ORDER BY rowid"):
         buffer.note(int(chunk_id), Counter(tokens.split()))
-        if len(buffer.posting_terms) >= _BACKFILL_BATCH:
-            buffer.write(conn)
+        buffer.spill(conn)
     buffer.next_id = int(conn.execute(_NEXT_ID).fetchone()[0])  # saved by the last write
     buffer.write(conn)

@@ -91,7 +91,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
             embedding BLOB NOT NULL,
             UNIQUE (doc_id, ordinal)
         ) STRICT""",
-        # Tokens are hex-encoded (see sqlite/lexical.py), so FTS5's ascii tokenizer splits
+        # Tokens are hex-encoded (see sqlite/codec.py), so FTS5's ascii tokenizer splits
         # exactly where the shared tokenizer did and never folds or strips anything.
         """CREATE VIRTUAL TABLE chunk_fts USING fts5 (tokens, tokenize = 'ascii')""",
         """CREATE VIRTUAL TABLE chunk_vocab USING fts5vocab (chunk_fts, instance)""",

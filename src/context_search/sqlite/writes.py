@@ -126,9 +126,9 @@ def remove_chunks(conn: Any, doc_id: str) -> None:
 
 
 def write_entries(conn: Any, doc_id: str, entries: IndexEntries, *, fresh: bool = False) -> int:
-    """Replace the document's chunks (and their FTS5 rows, by trigger) with ``entries``;
-    their postings are written with the transaction's (``postings.py``). ``fresh``: the
-    document had no row before this transaction, so it has no chunks to remove."""
+    """Replace the document's chunks with ``entries``; their FTS5 rows and postings are
+    written with the transaction's (``postings.py``). ``fresh``: the document had no row
+    before this transaction, so it has no chunks to remove."""
     buffer = postings.PENDING.get()
     if buffer is None:
         raise RuntimeError("write_entries runs inside writing()")
@@ -157,6 +157,7 @@ def write_entries(conn: Any, doc_id: str, entries: IndexEntries, *, fresh: bool 
                                length, embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
         rows,
     )
+    buffer.spill(conn)  # after the rows: a merge keeps only postings of chunks in the file
     return len(chunks)
 
 
@@ -208,7 +209,7 @@ def write_record(
         if old is not None:
             conn.execute("DELETE FROM index_jobs WHERE doc_id = ?", (rec.document_id,))
         return written
-    if old is None or old.indexed_masks != rec.masked_fields:
+    if old is not None and old.indexed_masks != rec.masked_fields:  # (a new row has none)
         remove_chunks(conn, rec.document_id)
         conn.execute(
             """UPDATE documents SET indexed_content_id = NULL, indexed_config = NULL,

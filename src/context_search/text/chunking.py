@@ -219,7 +219,8 @@ def chunk_text(body: str, *, max_bytes: int = 1200, overlap_bytes: int = 200) ->
         return []
     last = len(body.rstrip())
     whole = body[first_m.start() : last]
-    size = len(whole.encode("utf-8"))
+    # (A character is at least a byte: a longer text cannot fit, and is not encoded here.)
+    size = len(whole.encode("utf-8")) if len(whole) <= max_bytes else max_bytes + 1
     if size <= max_bytes:  # one chunk, as _cut would give it, without the arrays
         start_byte = len(body[: first_m.start()].encode("utf-8"))
         return [Chunk(ordinal=0, start_byte=start_byte, end_byte=start_byte + size, text=whole)]

@@ -16,6 +16,7 @@ upstream. ``simple`` keeps every word as it is.
 from __future__ import annotations
 
 import importlib.util
+import threading
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -90,11 +91,15 @@ class _Terms(dict[str, str]):
         super().__init__()
         self._analyze = analyze
         self._encode = encode
+        # One stemmer per configuration serves every thread; the pure-Python build keeps
+        # state on it during a call, so misses are analysed one at a time.
+        self._lock = threading.Lock()
 
     def __missing__(self, word: str) -> str:
-        if len(self) >= _TABLE_WORDS:
-            self.clear()
-        term = self._analyze(word)
+        with self._lock:
+            if len(self) >= _TABLE_WORDS:
+                self.clear()
+            term = self._analyze(word)
         spelled = self._encode(term) if term else ""
         self[word] = spelled
         return spelled
@@ -118,6 +123,7 @@ def index_terms(
 ) -> list[str]:
     """:func:`tokenize`'s terms without stop words, stemmed (see the module's docstring),
     each passed through ``encode`` (a store's own spelling of a term, such as SQLite's hex;
-    remembered with the term, so it runs once per word)."""
+    remembered with the term, so it runs once per word). ``encode`` keys a table of its
+    own: pass a module-level function, not a new lambda per call."""
     table = _table(config, encode)
     return list(filter(None, map(table.__getitem__, tokenize(text, for_query=for_query))))
