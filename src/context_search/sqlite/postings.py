@@ -61,9 +61,10 @@ _NEXT_ID = """SELECT max(
 
 #: Postings, and characters of FTS5 rows, a buffer holds before writing them (as segments,
 #: merged as any are) inside its transaction, so memory stays bounded however large the
-#: transaction: a posting costs about 70 bytes of Python objects until written.
-_SPILL_POSTINGS = 2_000_000
-_SPILL_CHARS = 32_000_000
+#: transaction: a posting costs about 70 bytes of Python objects until written (about
+#: 560 MB here, some 110k chunks of prose); writing earlier costs more merges.
+_SPILL_POSTINGS = 8_000_000
+_SPILL_CHARS = 128_000_000
 
 _LIVE_BETWEEN = "SELECT chunk_id FROM chunks WHERE chunk_id BETWEEN ? AND ?"
 
@@ -202,7 +203,9 @@ class PostingBuffer:
 
 def _merge_full_levels(conn: Any, terms: list[str]) -> None:
     """Merge, level by level, the segments of ``terms`` where a level holds :data:`FANOUT`.
-    Postings of chunks no longer in the file are dropped on the way."""
+    Postings of chunks no longer in the file are dropped on the way: the live ids are read
+    once per round for every term it merges (a chunk row is a page or more, so reading
+    them per term had a write read its whole range again for each common term)."""
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS touched_terms (term TEXT PRIMARY KEY)")
     conn.execute("DELETE FROM temp.touched_terms")
     conn.executemany("INSERT INTO temp.touched_terms (term) VALUES (?)", ((t,) for t in terms))
@@ -210,18 +213,25 @@ def _merge_full_levels(conn: Any, terms: list[str]) -> None:
         full = conn.execute(_FULL_LEVELS, (FANOUT,)).fetchall()
         if not full:
             break
+        merged = []
         for term, level in full:
-            segments = conn.execute(
-                "DELETE FROM term_postings WHERE term = ? AND level = ? RETURNING chunk_ids, tfs",
-                (term, level),
-            ).fetchall()
-            ids, tfs = _segments(segments)
-            if not len(ids):
-                continue
-            live = np.fromiter(
-                (r[0] for r in conn.execute(_LIVE_BETWEEN, (int(ids[0]), int(ids[-1])))), _IDS
+            ids, tfs = _segments(
+                conn.execute(
+                    "DELETE FROM term_postings WHERE term = ? AND level = ? "
+                    "RETURNING chunk_ids, tfs",
+                    (term, level),
+                ).fetchall()
             )
-            keep = np.isin(ids, live, assume_unique=True)
+            if len(ids):
+                merged.append((term, level, ids, tfs))
+        if not merged:
+            continue
+        lo = min(int(m[2][0]) for m in merged)
+        hi = max(int(m[2][-1]) for m in merged)
+        live = np.fromiter((r[0] for r in conn.execute(_LIVE_BETWEEN, (lo, hi))), _IDS)
+        for term, level, ids, tfs in merged:
+            at = np.minimum(np.searchsorted(live, ids), max(len(live) - 1, 0))
+            keep = live[at] == ids if len(live) else np.zeros(len(ids), bool)
             ids, tfs = ids[keep], tfs[keep]
             if len(ids):
                 conn.execute(_INSERT, (term, level + 1, int(ids[0]), ids.tobytes(), tfs.tobytes()))
