@@ -27,7 +27,7 @@ __all__ = ["CACHE_KIB", "DatabaseLockedError", "Driver", "load_driver", "transla
 #: Each connection's page cache, at most (KiB; filled only as pages are read or written,
 #: so a reader, which answers from arrays in memory, stays far below it). SQLite's default
 #: of 2 MiB made a large write transaction spill its dirty pages to the WAL before its
-#: commit, a tenth of an ingest's time.
+#: commit (HISTORY.md#sqlite).
 CACHE_KIB = 64 * 1024
 
 

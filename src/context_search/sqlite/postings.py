@@ -129,7 +129,7 @@ class PostingBuffer:
     posting_tfs: list[int] = field(default_factory=list)
     #: Per document, its new chunks' FTS5 rows. They are written at the end: FTS5 writes
     #: out its pending rows at every statement's savepoint, so rows added between other
-    #: statements became a segment per document (a sixth of an ingest, and more merging).
+    #: statements became a segment per document (and more merging).
     texts: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     text_chars: int = 0
 

@@ -176,7 +176,7 @@ def write_record(
     new record masks differently (they could show what is now masked)."""
     indexed = entries is not None
     # One statement writes the row and what its entries are built from: a second (an
-    # UPDATE of the same row, record included) cost a tenth of an ingest.
+    # UPDATE of the same row, record included) rewrote the row.
     conn.execute(
         """INSERT INTO documents (doc_id, scope, lifecycle, superseded_by, record, content_id,
                                   source_revision, indexed_content_id, indexed_config,

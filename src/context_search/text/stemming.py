@@ -85,7 +85,7 @@ class _Terms(dict[str, str]):
     """Word -> its index term as a store spells it (``""`` for a stop word), analysed the
     first time the word is seen. A corpus repeats its words, so a token costs one dict
     lookup made in C (``map`` over ``__getitem__``) instead of a Python call: a call per
-    token was a fifth of a SQLite ingest."""
+    token cost more than the stemming (HISTORY.md#sqlite)."""
 
     def __init__(self, analyze: Callable[[str], str | None], encode: Callable[[str], str]):
         super().__init__()

@@ -83,8 +83,7 @@ def validate_record(record: object, index: int = 0) -> ContextDocumentRecord:
     for name in _TEXT_FIELDS:
         value = getattr(record, name)
         if value.__class__ is str and not value:
-            continue  # unset, the usual case: nothing to check (a call per field was a
-            # tenth of a SQLite ingest)
+            continue  # unset, the usual case: nothing to check, no call per field
         # Indexed columns must fit a btree entry; free text (title, summary) may be longer.
         text(name, value, max_bytes=65536 if name in _LONG_TEXT else 1024)
     for name in _TUPLE_FIELDS:
