@@ -15,7 +15,8 @@ import typer.main
 import typer.rich_utils
 from typer.testing import CliRunner
 
-from context_search.cli import app, bench
+from context_search.cli import app
+from context_search.cli.operations import bench
 from context_search.errors import _REGISTRY
 
 runner = CliRunner()

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from context_search.cli import app
-from context_search.cli.demo import demo_corpus
+from context_search.cli.operations.demo import demo_corpus
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from context_search import ContextDocumentRecord, HashingEmbedder, InMemorySearchConnector
 from context_search.cli import app
-from context_search.cli.search import print_response
+from context_search.cli.read.search import print_response
 from context_search.contract import SearchQuery
 from context_search.sqlite import SQLiteSearchConnector
 

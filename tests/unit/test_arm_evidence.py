@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from context_search import InMemorySearchConnector, SearchQuery
-from context_search.cli.explaining import explanation_lines
+from context_search.cli.read.explaining import explanation_lines
 from context_search.conformance.corpus import TEAM, NoiseEmbedder, passage_corpus
 from context_search.contract import ScoreParts
 from context_search.fusion import (

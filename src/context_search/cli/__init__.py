@@ -4,6 +4,12 @@ Every command is registered through :func:`~context_search.cli.dispatch.register
 :class:`~context_search.cli.selection.CommandSpec` saying which backends it runs on, so it
 takes ``--backend``/``--db`` after its name too and is refused, not silently moved to
 another store, where it has no form for the backend it is given.
+
+Layout: this package holds the app and what every command uses (``dispatch``, ``selection``
+and ``stores``: which store a command runs on and how it opens it; ``common``: shared
+options, output and exit codes; ``words``). The commands sit in sub-packages by the path a
+user takes: ``read`` (as a caller), ``write`` (changing an index) and ``operations``
+(administering, serving and checking it).
 """
 
 from __future__ import annotations
@@ -14,20 +20,20 @@ from typing import Annotated
 
 import typer
 
-from context_search.cli import bench as _bench
-from context_search.cli import conformance as _conformance
-from context_search.cli import db as _db
-from context_search.cli import demo as _demo
-from context_search.cli import docs as _docs
-from context_search.cli import ingest as _ingest
-from context_search.cli import jobs as _jobs
-from context_search.cli import manage as _manage
-from context_search.cli import mcp as _mcp
-from context_search.cli import search as _search
-from context_search.cli import server as _server
-from context_search.cli import status as _status
 from context_search.cli.dispatch import POSTGRES_ONLY, register
+from context_search.cli.operations import bench as _bench
+from context_search.cli.operations import conformance as _conformance
+from context_search.cli.operations import db as _db
+from context_search.cli.operations import demo as _demo
+from context_search.cli.operations import mcp as _mcp
+from context_search.cli.operations import server as _server
+from context_search.cli.operations import status as _status
+from context_search.cli.read import docs as _docs
+from context_search.cli.read import search as _search
 from context_search.cli.selection import CommandSpec, StoreBackend, set_root
+from context_search.cli.write import ingest as _ingest
+from context_search.cli.write import jobs as _jobs
+from context_search.cli.write import manage as _manage
 
 # The pool logs each failed reconnect attempt as a warning; a command reports the failure
 # itself as a typed error, so the pool's log lines would only repeat it on stderr.

@@ -8,21 +8,13 @@ Use it from any adapter's tests::
     def test_conformance(case):
         run_case(case, my_fresh_connector_factory)
 
-or run the whole suite with :func:`run_conformance` (the CLI does this).
+or run the whole suite with :func:`run_conformance` (the CLI does this). The cases live in
+:mod:`context_search.conformance.cases`, one module per part of the contract; ``_registry``
+registers and runs them, ``corpus`` holds the documents they ingest.
 """
 
-from context_search.conformance import (
-    cases_access,
-    cases_highlights,
-    cases_input,
-    cases_knowledge,
-    cases_lifecycle,
-    cases_overwrites,
-    cases_pages,
-    cases_query,
-    cases_results,
-    cases_revisions,
-)
+# Registers every case (CASES is filled as the case modules are imported).
+from context_search.conformance import cases  # noqa: F401
 from context_search.conformance._registry import (
     CASES,
     Case,
@@ -46,16 +38,3 @@ __all__ = [
     "run_conformance",
     "standard_corpus",
 ]
-
-_GROUPS = (
-    cases_access,
-    cases_lifecycle,
-    cases_results,
-    cases_query,
-    cases_input,
-    cases_revisions,
-    cases_overwrites,
-    cases_knowledge,
-    cases_pages,
-    cases_highlights,
-)

@@ -1,4 +1,4 @@
-"""``reindex``: work the job queue (``status`` reports it, see ``status.py``)."""
+"""``reindex``: work the job queue (``status`` reports it, see ``operations/status.py``)."""
 
 from __future__ import annotations
 

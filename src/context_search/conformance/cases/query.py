@@ -9,7 +9,7 @@ checks look at lexical ranks only.
 from __future__ import annotations
 
 from context_search.conformance._registry import case, check
-from context_search.conformance.cases_results import _recompute, _weight_follows_evidence
+from context_search.conformance.cases.results import _recompute, _weight_follows_evidence
 from context_search.conformance.corpus import (
     TEAM,
     NoiseEmbedder,

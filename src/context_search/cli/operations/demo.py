@@ -34,10 +34,10 @@ from context_search.cli.common import (
     make_embedder,
     sqlite_selected,
 )
-from context_search.cli.ingest import parse_record
-from context_search.cli.search import print_response
+from context_search.cli.read.search import print_response
 from context_search.cli.selection import active
 from context_search.cli.words import plural
+from context_search.cli.write.ingest import parse_record
 from context_search.contract import (
     ContextDocumentRecord,
     SearchConnector,
@@ -90,7 +90,7 @@ def _demo_store(
         return
     import sqlite3
 
-    from context_search.cli.status import sqlite_files
+    from context_search.cli.operations.status import sqlite_files
     from context_search.cli.stores import sqlite_meta
     from context_search.sqlite import SQLiteSearchConnector
 

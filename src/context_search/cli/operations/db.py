@@ -19,8 +19,8 @@ from context_search.cli.common import (
     echo_json,
     sqlite_selected,
 )
+from context_search.cli.operations.status import sqlite_files
 from context_search.cli.selection import active
-from context_search.cli.status import sqlite_files
 from context_search.cli.stores import probe_postgres, sqlite_is_index, sqlite_path
 from context_search.errors import InvalidConfigError
 from context_search.postgres.connector.opening import index_not_found

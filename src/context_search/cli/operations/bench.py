@@ -17,7 +17,7 @@ import typer
 from context_search.cli.common import cli_errors
 from context_search.errors import NotInstalledError
 
-_ROOT = Path(__file__).resolve().parents[3]
+_ROOT = Path(__file__).resolve().parents[4]
 
 
 def bench(

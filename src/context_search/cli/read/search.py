@@ -22,7 +22,7 @@ from context_search.cli.common import (
     echo_json,
     open_connector,
 )
-from context_search.cli.explaining import print_explanation
+from context_search.cli.read.explaining import print_explanation
 from context_search.contract import EvidenceHit, SearchQuery, SearchResponse
 from context_search.errors import InvalidQueryError, NotFoundError
 from context_search.text import excerpt
