@@ -125,6 +125,19 @@ def test_bulk_batch_matches_the_row_path(
     row_vectors = np.array(_one(context_search_dsn, context_search_schema, vectors))
     assert np.array_equal(row_vectors, bulk_vectors)
     _consistent(store)
+    # Both paths count a chunk's tokens as every position of every lexeme (repeated words
+    # included), the length BM25 normalises by.
+    assert _one(context_search_dsn, context_search_schema, _MISCOUNTED) == 0
+    assert _one(context_search_dsn, context_search_schema, _REPEATS) > 0
+
+
+#: Chunks whose stored token count is not the number of positions in their tsvector.
+_MISCOUNTED = (
+    "SELECT count(*) FROM chunks c WHERE c.token_count IS DISTINCT FROM "
+    "(SELECT count(*) FROM unnest(c.tsv) AS u, unnest(u.positions) AS p)"
+)
+#: Chunks with a lexeme at more than one position (so a count of lexemes would differ).
+_REPEATS = "SELECT count(*) FROM chunks c WHERE c.token_count > length(c.tsv)"
 
 
 def test_bulk_batch_is_atomic_when_it_fails_midway(

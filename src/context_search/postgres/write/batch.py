@@ -20,6 +20,7 @@ from sqlalchemy.types import Boolean, Integer, Text
 from context_search.contract import Lifecycle, RecordOutcome
 from context_search.embedding import Embedder
 from context_search.postgres.engine.bodies import held_by_chunks
+from context_search.postgres.engine.postings import TOKEN_COUNT
 from context_search.postgres.engine.vectors import halfvec_literal
 from context_search.postgres.settings import IndexSettings
 from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks
@@ -172,11 +173,11 @@ _LOCK_STORED = lock_documents(
 )
 
 _INSERT_CHUNKS = text(
-    """
+    f"""
     INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
                         embedding, permission_scope, lifecycle, content_id, config_revision)
     SELECT v.doc_id, v.ordinal, v.start_byte, v.end_byte, v.text,
-           (SELECT count(*) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
+           {TOKEN_COUNT},
            v.tsv, CAST(v.embedding AS halfvec), v.scope, v.lifecycle, v.content_id, :revision
     FROM (
         SELECT u.*, to_tsvector(CAST(:ts_config AS regconfig), u.index_text) AS tsv
@@ -186,7 +187,7 @@ _INSERT_CHUNKS = text(
                   lifecycle, content_id)
         OFFSET 0  -- a fence: pulled up, the subquery's tsv would be computed twice per row
     ) AS v
-    """
+    """  # noqa: S608
 ).bindparams(
     bindparam("doc_ids", type_=ARRAY(Text)),
     bindparam("ordinals", type_=ARRAY(Integer)),

@@ -20,6 +20,7 @@ import numpy as np
 from sqlalchemy import Connection, text
 
 from context_search.postgres.engine.drivers import driver_of
+from context_search.postgres.engine.postings import TOKEN_COUNT
 from context_search.postgres.engine.vectors import halfvec_oid, halfvec_rows
 
 if TYPE_CHECKING:
@@ -46,19 +47,19 @@ _COPY = (
 #: Chunks from the staging table in one statement: the statement trigger on ``chunks`` cuts
 #: the batch's postings into blocks and applies one ``term_stats`` delta for all of it.
 _MERGE = text(
-    """
+    f"""
         INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
                             embedding, permission_scope, lifecycle, content_id,
                             config_revision)
         SELECT v.doc_id, v.ordinal, v.start_byte, v.end_byte, v.text,
-               (SELECT count(*) FROM unnest(v.tsv) AS u, unnest(u.positions) AS p),
+               {TOKEN_COUNT},
                v.tsv, v.embedding, v.permission_scope, v.lifecycle, v.content_id, :revision
         FROM (
             SELECT s.*, to_tsvector(CAST(:ts_config AS regconfig), s.index_text) AS tsv
             FROM pg_temp.cs_stage_chunks AS s
             OFFSET 0  -- a fence: pulled up, the tsv would be computed twice per row
         ) AS v
-    """
+    """  # noqa: S608
 )
 
 
