@@ -285,3 +285,26 @@ def test_postings_a_killed_load_deferred_are_cut_when_the_index_opens(
         hits = reopened.search(query).hits
         assert hits and all(h.score_parts.lexical_rank is not None for h in hits[:3])
         assert audit(reopened.engine).consistent
+
+
+#: The impact as migrations 0014 to 0017 computed it: in numeric (decimal literals).
+_IMPACT_NUMERIC = "CAST(t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * r.token_count / 200.0)) AS real)"
+
+
+def test_impacts_in_double_precision_equal_the_numeric_ones(
+    store: PostgresSearchConnector,
+) -> None:
+    """Blocks written before migration 0018 hold numeric-computed impacts, later ones double
+    precision: every term frequency a tsvector keeps (1 to 256) at every chunk length up to
+    10,000 tokens rounds to the same ``real`` both ways, so the two kinds order alike."""
+    with store.engine.connect() as conn:
+        pairs, differ = conn.execute(
+            text(
+                f"""SELECT count(*), count(*) FILTER (
+                        WHERE {postings.IMPACT} IS DISTINCT FROM {_IMPACT_NUMERIC})
+                    FROM generate_series(1, 256) AS t(tf),
+                         generate_series(0, 10000) AS r(token_count)"""
+            )
+        ).one()
+    assert (pairs, differ) == (256 * 10001, 0)
+    assert "numeric" not in postings.IMPACT and "float8" in postings.IMPACT

@@ -60,8 +60,16 @@ BLOCK_SIZE = 128
 
 #: BM25's term-frequency part against a 200-token reference length (k1=1.2, b=0.75): it only
 #: orders postings; scores are computed exactly at query time. ``r``: the chunk row, ``t.tf``
-#: the lexeme's term frequency in it.
-IMPACT = "CAST(t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * r.token_count / 200.0)) AS real)"
+#: the lexeme's term frequency in it. In double precision: the same expression in numeric
+#: (what plain decimal literals make it) costs a numeric operation per step for every posting
+#: a write or a load's cut makes, and rounds to the same ``real`` for every tf (1 to 256, the
+#: most a tsvector keeps) and length up to 10,000 tokens (``test_posting_blocks.py``).
+#: Migration 0018 puts it in the trigger of indexes created before.
+IMPACT = (
+    "CAST(t.tf * float8 '2.2' / (t.tf + float8 '1.2' * "
+    "(float8 '0.25' + float8 '0.75' * r.token_count / float8 '200')) AS real)"
+)
+
 
 #: A chunk's length in tokens (what BM25 normalises by) from ``v.tsv``: every position of
 #: every lexeme. The sum of each lexeme's position count is the same figure as a count of
