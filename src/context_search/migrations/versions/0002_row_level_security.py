@@ -13,7 +13,9 @@ role, which RLS does not restrict (the role owns the tables).
 
 from collections.abc import Sequence
 
-from alembic import context, op
+from alembic import op
+
+from context_search.migrations.target import target_schema
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -24,15 +26,8 @@ _SCOPES = "COALESCE(NULLIF(current_setting('context_search.allowed_scopes', true
 _POLICY = f"permission_scope = ANY (CAST({_SCOPES} AS text[]))"
 
 
-def _schema() -> str:
-    schema = context.config.attributes.get("schema") or context.get_x_argument(
-        as_dictionary=True
-    ).get("schema", "context_search")
-    return str(schema)
-
-
 def upgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     op.execute(  # schema names are validated identifiers ([a-z_][a-z0-9_]*)
         f"""
@@ -59,7 +54,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     for table in ("documents", "chunks"):
         op.execute(f'DROP POLICY IF EXISTS {table}_scope_read ON "{schema}".{table}')

@@ -16,7 +16,9 @@ of their document and fall under the same row-level security as ``chunks``.
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
+
+from context_search.migrations.target import target_schema
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -27,15 +29,8 @@ _SCOPES = "COALESCE(NULLIF(current_setting('context_search.allowed_scopes', true
 _POLICY = f"permission_scope = ANY (CAST({_SCOPES} AS text[]))"
 
 
-def _schema() -> str:
-    schema = context.config.attributes.get("schema") or context.get_x_argument(
-        as_dictionary=True
-    ).get("schema", "context_search")
-    return str(schema)
-
-
 def upgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     op.create_table(
         "postings",
@@ -94,7 +89,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     for table in ("postings", "scope_stats"):
         op.execute(f'DROP POLICY IF EXISTS {table}_scope_read ON "{schema}".{table}')

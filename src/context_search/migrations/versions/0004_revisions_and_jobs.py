@@ -24,8 +24,10 @@ import json
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
 from sqlalchemy.dialects import postgresql as pg
+
+from context_search.migrations.target import target_schema
 
 revision: str = "0004"
 down_revision: str | None = "0003"
@@ -33,13 +35,6 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _SCOPES = "COALESCE(NULLIF(current_setting('context_search.allowed_scopes', true), ''), '{}')"
-
-
-def _schema() -> str:
-    schema = context.config.attributes.get("schema") or context.get_x_argument(
-        as_dictionary=True
-    ).get("schema", "context_search")
-    return str(schema)
 
 
 def _config_id(model: str, dimension: int, chunk_bytes: int, overlap: int, ts: str) -> str:
@@ -61,7 +56,7 @@ def _config_id(model: str, dimension: int, chunk_bytes: int, overlap: int, ts: s
 
 
 def upgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     op.add_column("index_configs", sa.Column("config_id", sa.Text(), nullable=True))
     bind = op.get_bind()
@@ -124,7 +119,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     op.execute(f'DROP POLICY IF EXISTS index_jobs_scope_read ON "{schema}".index_jobs')
     op.execute(f'ALTER TABLE "{schema}".index_jobs DISABLE ROW LEVEL SECURITY')

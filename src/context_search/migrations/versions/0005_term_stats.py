@@ -16,7 +16,9 @@ only to count postings and is dropped.
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
+
+from context_search.migrations.target import target_schema
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -25,13 +27,6 @@ depends_on: str | Sequence[str] | None = None
 
 _SCOPES = "COALESCE(NULLIF(current_setting('context_search.allowed_scopes', true), ''), '{}')"
 _POLICY = f"permission_scope = ANY (CAST({_SCOPES} AS text[]))"
-
-
-def _schema() -> str:
-    schema = context.config.attributes.get("schema") or context.get_x_argument(
-        as_dictionary=True
-    ).get("schema", "context_search")
-    return str(schema)
 
 
 def _function(schema: str) -> str:
@@ -61,7 +56,7 @@ $fn$
 
 
 def upgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     op.create_table(
         "term_stats",
@@ -96,7 +91,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     op.create_index(
         "ix_postings_lexeme_scope", "postings", ["lexeme", "permission_scope", "lifecycle"]

@@ -15,7 +15,9 @@ transaction). Measured at 100k chunks, the lexical arm got faster
 
 from collections.abc import Sequence
 
-from alembic import context, op
+from alembic import op
+
+from context_search.migrations.target import target_schema
 
 revision: str = "0007"
 down_revision: str | None = "0006"
@@ -28,15 +30,8 @@ _ONCE = f"CAST((SELECT CAST({_SCOPES} AS text[])) AS text[])"
 _SCOPED_TABLES = ("documents", "chunks", "postings", "scope_stats", "term_stats")
 
 
-def _schema() -> str:
-    schema = context.config.attributes.get("schema") or context.get_x_argument(
-        as_dictionary=True
-    ).get("schema", "context_search")
-    return str(schema)
-
-
 def _alter(scopes: str) -> None:
-    schema = _schema()
+    schema = target_schema()
     for table in _SCOPED_TABLES:
         op.execute(
             f'ALTER POLICY {table}_scope_read ON "{schema}".{table} '

@@ -24,9 +24,10 @@ from the chunks' tsvectors, partitioned like ``chunks`` when it is.
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
 from sqlalchemy import text
 
+from context_search.migrations.target import target_schema
 from context_search.postgres.engine.postings import (
     LIVE_POSTINGS,
     cut_blocks,
@@ -47,13 +48,6 @@ _EVENTS = (
 )
 
 
-def _schema() -> str:
-    schema = context.config.attributes.get("schema") or context.get_x_argument(
-        as_dictionary=True
-    ).get("schema", "context_search")
-    return str(schema)
-
-
 def _scoped(schema: str, table: str) -> None:
     role = f"{schema}_reader"
     op.execute(f'GRANT SELECT ON "{schema}".{table} TO "{role}"')
@@ -65,7 +59,7 @@ def _scoped(schema: str, table: str) -> None:
 
 
 def upgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     op.create_table(
         "posting_blocks",
         sa.Column("lexeme", sa.Text(), nullable=False),
@@ -154,7 +148,7 @@ def _partition_like_chunks(schema: str) -> None:
 
 
 def downgrade() -> None:
-    schema = _schema()
+    schema = target_schema()
     role = f"{schema}_reader"
     partitioned = (
         op.get_bind()

@@ -27,8 +27,9 @@ downgrade restores migration 0014's trigger and verdict, and counts them again.
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import context, op
+from alembic import op
 
+from context_search.migrations.target import target_schema
 from context_search.postgres.engine.postings import (
     BLOCK_SIZE,
     GROUP,
@@ -61,13 +62,6 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _schema() -> str:
-    schema = context.config.attributes.get("schema") or context.get_x_argument(
-        as_dictionary=True
-    ).get("schema", "context_search")
-    return str(schema)
-
-
 def _set_due(verdict: str) -> None:
     # Only rows whose verdict changes are written (and touch the partial index).
     op.execute(f"UPDATE term_stats SET due = {verdict} WHERE due IS DISTINCT FROM {verdict}")
@@ -89,11 +83,11 @@ def upgrade() -> None:
     op.execute(_UNCOUNT_LISTED)
     _set_due(due("partial", "fresh", "df"))
     op.create_index("ix_posting_deferred_chunk_id", "posting_deferred", ["chunk_id"])
-    op.execute(trigger_function(_schema(), tiered=True))
+    op.execute(trigger_function(target_schema(), tiered=True))
 
 
 def downgrade() -> None:
-    op.execute(trigger_function(_schema(), tiered=False))
+    op.execute(trigger_function(target_schema(), tiered=False))
     op.drop_index("ix_posting_deferred_chunk_id", table_name="posting_deferred")
     op.execute(_COUNT_LISTED)
     _set_due(fragmented())

@@ -16,8 +16,9 @@ already). The downgrade leaves it: the old function computed the same impacts.
 
 from collections.abc import Sequence
 
-from alembic import context, op
+from alembic import op
 
+from context_search.migrations.target import target_schema
 from context_search.postgres.engine.postings import trigger_function
 
 revision: str = "0018"
@@ -26,15 +27,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _schema() -> str:
-    schema = context.config.attributes.get("schema") or context.get_x_argument(
-        as_dictionary=True
-    ).get("schema", "context_search")
-    return str(schema)
-
-
 def upgrade() -> None:
-    op.execute(trigger_function(_schema(), tiered=True))
+    op.execute(trigger_function(target_schema(), tiered=True))
 
 
 def downgrade() -> None:
