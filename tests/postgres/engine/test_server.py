@@ -174,10 +174,12 @@ def _start_from(install: Path, data_dir: Path, dsn: str, log: Path) -> None:
     )
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="starts pg_ctl on a Unix socket")
 def test_a_server_left_by_a_removed_install_is_restarted_from_this_one() -> None:
     """A postmaster started by a virtualenv since deleted still answers, but cannot load
     pgvector (its share and lib dirs went with it): resolving the embedded server restarts
-    it from this install instead of handing it out."""
+    it from this install instead of handing it out. One whose install was reinstalled in
+    place keeps running: it works, and other processes may be using it."""
     root = Path(tempfile.mkdtemp(prefix="cs-test-pg-")).resolve()
     root.chmod(0o755)  # the server's user reads the copied install here
     data_dir, install = root / "pgdata", root / "old-install"
@@ -189,10 +191,15 @@ def test_a_server_left_by_a_removed_install_is_restarted_from_this_one() -> None
         shutil.copytree(this_install, install, symlinks=True)
         _start_from(install, data_dir, dsn, data_dir / "old-install.log")
         orphan = _postmasters(data_dir)
-        shutil.rmtree(install)
+
+        shutil.rmtree(install)  # reinstalled in place: the same files again
+        shutil.copytree(this_install, install, symlinks=True)
+        assert ensure_embedded(data_dir).dsn == dsn
+        assert _postmasters(data_dir) == orphan
+
+        shutil.rmtree(install)  # removed for good
         with pytest.raises(psycopg.Error, match="vector"), psycopg.connect(dsn) as conn:
             conn.execute("CREATE EXTENSION vector")  # what a user of the orphan meets
-
         handle = ensure_embedded(data_dir)
         assert _postmasters(data_dir) not in ([], orphan)
         with psycopg.connect(handle.dsn, autocommit=True) as conn:

@@ -33,9 +33,9 @@ Discovery and concurrency
     discover-or-start and stop. Under that lock a ``postmaster.pid`` whose PID is dead or belongs
     to a non-postgres process (PID reuse after a reboot or container restart) is removed, since
     both PostgreSQL and the library would otherwise refuse to start or hand out a dead socket.
-    A live postmaster whose binary was deleted (the virtualenv it came from was removed or
-    rebuilt) is restarted from this install: it would answer, and then fail to load pgvector
-    for the first new index.
+    A live postmaster whose install is gone (the virtualenv it came from was deleted) is
+    restarted from this install: it would answer, and then fail to load pgvector for the
+    first new index.
 """
 
 from __future__ import annotations
@@ -268,14 +268,16 @@ def _embedded(data_dir: Path, *, cleanup_mode: str | None) -> tuple[PostgresServ
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         with _data_dir_lock(data_dir):
             pid = _live_postmaster_pid(data_dir)
-            if pid is not None and _binary_gone(pid):
+            if pid is not None and _install_gone(pid, data_dir):
                 log.warning(
                     "the PostgreSQL running on %s was started from an install that has since "
-                    "been removed (a rebuilt virtualenv?); restarting it from this one",
+                    "been removed (a deleted virtualenv?); restarting it from this one",
                     data_dir,
                 )
                 _stop_postmaster(data_dir)
-                pid = None
+                pid = _live_postmaster_pid(data_dir)
+                if pid is not None:  # its pidfile is the data dir's interlock: kept
+                    raise RuntimeError(f"the postmaster {pid} did not stop")
             if pid is None:
                 (data_dir / "postmaster.pid").unlink(missing_ok=True)
             fresh = not (data_dir / "PG_VERSION").exists()
@@ -355,19 +357,20 @@ def _live_postmaster_pid(data_dir: Path) -> int | None:
     return pid if alive else None
 
 
-def _binary_gone(pid: int) -> bool:
-    """Whether the postmaster ``pid`` runs a binary that was deleted (its install removed or
-    replaced). It still answers, but what it loads later, pgvector's library on ``CREATE
-    EXTENSION`` among it, is looked up in an install that is gone: every new index fails
-    until it is restarted from a live one."""
+def _install_gone(pid: int, data_dir: Path) -> bool:
+    """Whether the postmaster ``pid`` of ``data_dir`` runs from an install that is gone (its
+    virtualenv deleted). It still answers, but what it reads from its install later,
+    pgvector's files on ``CREATE EXTENSION`` among them, is not there: every new index fails
+    until it is restarted from a live one. A reinstall in place leaves a working server
+    alone, and a process that does not run in ``data_dir`` (a reused PID) is never judged."""
     try:
-        return os.readlink(f"/proc/{pid}/exe").endswith(" (deleted)")
-    except OSError:
-        pass  # no procfs (macOS): the path psutil reports
-    try:
-        return not Path(psutil.Process(pid).exe()).exists()
+        proc = psutil.Process(pid)
+        if Path(proc.cwd()).resolve() != data_dir:
+            return False
+        install = Path(proc.exe()).parent.parent  # psutil drops Linux's " (deleted)"
     except (psutil.Error, OSError):
         return False
+    return not (install / "share" / "extension" / "vector.control").exists()
 
 
 def _wait_gone(proc: psutil.Process, timeout: float) -> bool:
