@@ -90,7 +90,10 @@ def test_the_sqlite_suite_runs_both_connectors_on_one_corpus(
     for side in ("sqlite", "postgres"):
         assert level[f"{side}_ingest_chunks_per_s"] > 0
         assert level[side]["1"]["n"] == 3 and level[side]["8"]["n"] == 24
-    assert "<!-- bench:sqlite_scale -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+    # Eight reader processes, each with its own connector on the file, all answered.
+    assert level["sqlite_processes"]["n"] == 24 and level["sqlite_processes"]["qps"] > 0
+    text = (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert "<!-- bench:sqlite_scale -->" in text and "8 reader processes" in text
 
 
 def test_the_fusion_suite_fills_every_cell(context_search_dsn: str, tmp_path: Path) -> None:
