@@ -8,7 +8,9 @@ more upserts of 5,000 records (or a tenth of ``--chunks``) into it (streaming), 
 them in. Inside a write transaction the time is the server's (the client waits on it); the
 per-statement breakdown of a transaction is for ``auto_explain``. Not a suite: nothing is
 written to BENCHMARKS.md; ``python -m benchmarks footprint`` gives the figures the targets
-are judged by.
+are judged by. The profiler slows the writer thread's own Python, so what threads cost each
+other (``upsert`` prepares the next batch in a second thread) is a smaller share here than
+without it: compare builds by wall time, profiler off, for that.
 """
 
 from __future__ import annotations
