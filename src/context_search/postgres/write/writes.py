@@ -193,9 +193,9 @@ class Writes:
             batch.append(prepare(r, start + j, self._settings))
             # Hand the interpreter lock over between records. This thread runs while the
             # writing thread waits on the server; each time a statement returns, the writer
-            # needs the lock back, and a thread busy in Python keeps it for up to the switch
-            # interval (5 ms), and a batch runs ten-odd statements (BENCHMARKS.md's
-            # footprint targets name what that cost a load).
+            # needs the lock back, which a thread busy in Python keeps for up to the switch
+            # interval (5 ms): ten-odd waits a batch (BENCHMARKS.md's footprint targets name
+            # what that cost a load).
             time.sleep(0)
         return batch, self._embedder if defer_indexing else self._embed_ahead(batch)
 
