@@ -10,6 +10,8 @@ modules, which are split by what each part of the suite is responsible for:
 - ``load``: searchers, an ingester and workers at once; every hit checked for leaks;
 - ``faults``: backends terminated during an upsert, a job and a search;
 - ``outages``: the server restarted, the embedder raising mid-batch, a worker SIGKILLed;
+- ``merges``: a merging process SIGKILLed, merges racing deletes, rescopes, rewrites and
+  a model switch;
 - ``runner``: the fault kinds in order on one ledger, the final verification, ``run``;
 - ``report``: the suite's section of BENCHMARKS.md.
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,16 @@ def drain(store: PostgresSearchConnector, timeout_s: float = 120.0) -> None:
     raise AssertionError("job queue did not drain")
 
 
+def absent(store: PostgresSearchConnector, docs: list[str], scopes: Sequence[str]) -> list[str]:
+    """Problems where a search of ``scopes`` finds any of ``docs`` by its own token."""
+    problems: list[str] = []
+    for doc_id in docs:
+        hits = store.search(SearchQuery(query=token(doc_id), allowed_scopes=list(scopes), top_k=5))
+        if any(h.doc_id == doc_id for h in hits.hits):
+            problems.append(f"{doc_id}: found by a search of {sorted(scopes)}")
+    return problems
+
+
 def verify(store: PostgresSearchConnector, ledger: Ledger, docs: list[str]) -> list[str]:
     """Problems with ``docs`` (acknowledged writes) after the queue drained; [] when sound."""
     problems: list[str] = []
@@ -188,6 +199,7 @@ def verify(store: PostgresSearchConnector, ledger: Ledger, docs: list[str]) -> l
             for s in SCOPES:
                 if store.get_document(doc_id, [s]) is not None:
                     problems.append(f"{doc_id}: deleted but readable in {s}")
+            problems += absent(store, [doc_id], SCOPES)
             continue
         doc = store.get_document(doc_id, [scope])
         if doc is None or f"version{version}" not in doc.body:
@@ -195,6 +207,7 @@ def verify(store: PostgresSearchConnector, ledger: Ledger, docs: list[str]) -> l
             continue
         if store.get_document(doc_id, others) is not None:
             problems.append(f"{doc_id}: readable outside {scope}")
+        problems += absent(store, [doc_id], others)
         hits = store.search(SearchQuery(query=token(doc_id), allowed_scopes=[scope], top_k=3))
         top = [h for h in hits.hits if h.doc_id == doc_id]
         if not top or top[0].content_id != doc.content_id:

@@ -24,6 +24,7 @@ from benchmarks.reliability.faults import (
 )
 from benchmarks.reliability.ledger import DocIds, Ledger, connect, drain, new_docs, verify
 from benchmarks.reliability.load import run_load
+from benchmarks.reliability.merges import merge_kinds
 from benchmarks.reliability.outages import fault_embedder, fault_restart, fault_sigkill_worker
 from context_search.postgres.operations.audit import audit
 
@@ -54,6 +55,7 @@ def run_faults(
         "worker_sigkilled_mid_job": lambda: fault_sigkill_worker(
             dsn, schema, ledger, rounds, rng, ids
         ),
+        **merge_kinds(dsn, schema, ledger, rounds, rng, ids),
     }
     if data_dir is not None:
         kinds["server_restart"] = lambda: fault_restart(

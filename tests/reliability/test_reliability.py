@@ -58,6 +58,9 @@ def test_faults_are_survived(context_search_dsn: str, context_search_schema: str
         "terminate_during_search",
         "embedder_raises_mid_batch",
         "worker_sigkilled_mid_job",
+        "merge_sigkilled",
+        "merge_races_writes",
+        "merge_races_switch",
     }
     _assert_survived(result)
 
