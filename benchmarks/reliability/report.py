@@ -49,7 +49,8 @@ def markdown(result: dict[str, Any]) -> str:
             ),
             "",
             f"After all faults: {faults['acknowledged_documents']:,} acknowledged documents "
-            f"checked (readable in their scope only, searchable at their last version): "
+            f"checked (readable and found by search in their scope only, at their last "
+            f"version; deleted ones found by none): "
             f"**{faults['writes_lost_or_wrong']} lost or wrong**; audit violations "
             f"{faults['final_violations']}.",
         ]

@@ -349,3 +349,41 @@ def test_writers_wait_at_the_gate_the_switch_closes(
     assert finished.wait(10.0)
     writer.join()
     assert live.get_document("d00980", ["team"]) is not None
+
+
+def test_the_swap_waits_for_a_merge_round_in_progress(
+    context_search_dsn: str, context_search_schema: str, live: PostgresSearchConnector
+) -> None:
+    """A merge round holds row locks the swap's renames and grants need while it may wait
+    for rows the swap holds: the swap takes the round's lock first, so it waits for the
+    round instead of deadlocking with it (the server would fail the switch)."""
+    import threading
+
+    from context_search.postgres.engine.drivers import lock_key
+    from context_search.postgres.indexes.blocks import MERGE_LOCK
+
+    reports: list[switch.SwitchReport | None] = []
+    with psycopg.connect(context_search_dsn) as round_:
+        key = lock_key(round_, context_search_schema, MERGE_LOCK)
+        round_.execute("SELECT pg_advisory_xact_lock(%s)", (key,))  # a round in progress
+        switching = threading.Thread(target=lambda: reports.append(_switch(live)), daemon=True)
+        switching.start()
+        waited = False
+        for _ in range(400):
+            waited = round_.execute(
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                "AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1)",
+                ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+            ).fetchone() == (True,)
+            if waited or not switching.is_alive():
+                break
+            threading.Event().wait(0.05)
+        assert waited and switching.is_alive(), "the swap did not wait for the merge round"
+        round_.commit()
+    switching.join(60)
+    assert reports and reports[0] is not None
+    with PostgresSearchConnector.open(
+        context_search_dsn, embedder=NEW, schema=context_search_schema
+    ) as switched:
+        assert len(switched.search(_q("turbine")).hits) == 10
+        assert audit(switched.engine).consistent

@@ -29,9 +29,14 @@ from context_search.postgres.engine.postings import (
     full_due,
 )
 
-__all__ = ["MergeReport", "merge_after_write", "merge_postings"]
+__all__ = ["MERGE_LOCK", "MergeReport", "merge_after_write", "merge_postings"]
 
 log = logging.getLogger(__name__)
+
+#: The advisory lock a merge round holds for its transaction (``lock_key`` of the index's
+#: schema and this): one merger at a time, and a configuration swap waits for the round in
+#: progress instead of deadlocking with it (``operations/swap.py``).
+MERGE_LOCK = "merge"
 
 _LOCK_TOMBSTONED = f"""
     SELECT t.lexeme, t.permission_scope, t.lifecycle
@@ -156,7 +161,7 @@ def merge_postings(
     whole = "TRUE" if full else full_due("s.fresh", "s.df")
     purge = "TRUE" if full else TOMBSTONES_DUE
     merged = rounds = 0
-    key = lock_key(raw, raw.execute("SELECT current_schema()").fetchone()[0], "merge")
+    key = lock_key(raw, raw.execute("SELECT current_schema()").fetchone()[0], MERGE_LOCK)
     while max_rounds is None or rounds < max_rounds:
         with raw.transaction():
             # One merger at a time: two would rewrite the same groups twice.

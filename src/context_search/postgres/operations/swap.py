@@ -13,6 +13,9 @@ from typing import Any
 
 from psycopg import sql
 
+from context_search.postgres.engine.drivers import lock_key
+from context_search.postgres.indexes.blocks import MERGE_LOCK
+
 __all__ = ["changed_documents", "columns", "copy_rows", "drop_retired", "swap_schemas"]
 
 #: Derived tables the new configuration rebuilds; every other table is carried across.
@@ -94,6 +97,12 @@ def swap_schemas(raw: Any, schema: str, shadow: str, retired: str) -> int:
     reader, next_reader = sql.Identifier(f"{schema}_reader"), f"{shadow}_reader"
     live = sql.Identifier(schema)
     with raw.transaction():
+        # A merge round of either schema finishes first and none starts until the commit: a
+        # round holds row locks the renames and grants would wait for while it waited for
+        # them, a deadlock that cost the switch (the server picks the swap as its victim).
+        for name in (schema, shadow):
+            key = lock_key(raw, name, MERGE_LOCK)
+            raw.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         raw.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(live, sql.Identifier(retired)))
         raw.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(shadow), live))
         raw.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(live, reader))
