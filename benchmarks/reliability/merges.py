@@ -27,8 +27,10 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from sqlalchemy import text
 
 from benchmarks.reliability.faults import FaultTally
@@ -44,7 +46,7 @@ from benchmarks.reliability.ledger import (
     verify,
 )
 from context_search import HashingEmbedder
-from context_search.errors import ContextSearchError
+from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.engine.postings import BLOCK_SIZE
@@ -55,12 +57,13 @@ MERGER = "cs-fault-merger"
 
 
 def _unmerged(store: PostgresSearchConnector) -> tuple[int, int]:
-    """(groups not in merged form, tombstoned chunk ids): both 0 after a full merge."""
+    """(groups a full merge would rewrite, tombstoned chunk ids): both 0 after one (the
+    merge's own test: more blocks than its postings fill)."""
     with store.engine.connect() as conn:
         row = conn.execute(
             text(
                 "SELECT (SELECT count(*) FROM term_stats WHERE lifecycle <> 'deleted' "
-                f" AND blocks <> (df + {BLOCK_SIZE - 1}) / {BLOCK_SIZE}), "
+                f" AND blocks > (df + {BLOCK_SIZE - 1}) / {BLOCK_SIZE}), "
                 "(SELECT COALESCE(sum(cardinality(chunk_ids)), 0) FROM posting_tombstones)"
             )
         ).one()
@@ -94,14 +97,18 @@ def _backends_gone(store: PostgresSearchConnector, app: str, timeout_s: float = 
     return False
 
 
+def _live(ledger: Ledger) -> list[tuple[str, str]]:
+    """Live documents and their scopes, in a stable order (the seeded samples repeat)."""
+    with ledger.lock:
+        return sorted((d, s) for d, s in ledger.scope.items() if s is not None)
+
+
 def _remove(
     store: PostgresSearchConnector, ledger: Ledger, rng: random.Random, n: int
-) -> list[tuple[str, str]]:
-    """Delete ``n`` live documents (acknowledged); their (id, last scope)."""
-    with ledger.lock:
-        live = sorted((d, s) for d, s in ledger.scope.items() if s is not None)
-    gone = rng.sample(live, n)
-    for doc_id, _ in gone:
+) -> list[str]:
+    """Delete ``n`` live documents (acknowledged)."""
+    gone = [d for d, _ in rng.sample(_live(ledger), n)]
+    for doc_id in gone:
         t0 = time.monotonic()
         store.delete_or_supersede(doc_id)
         ledger.ack(doc_id, None, ledger.version[doc_id], t0)
@@ -129,10 +136,32 @@ _KILLED_MERGER = textwrap.dedent(
 )
 
 
+def _kill_inside_a_round(proc: subprocess.Popen[bytes], dsn: str, delay_s: float) -> bool:
+    """SIGKILL ``proc`` once its merge backend is inside a round's statement (after
+    ``delay_s``); whether it was killed there, not after its last round."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+                "AND xact_start IS NOT NULL AND state = 'active'",
+                (MERGER,),
+            ).fetchone()
+            if row is not None:
+                time.sleep(delay_s)
+                if proc.poll() is not None:
+                    return False
+                proc.send_signal(signal.SIGKILL)
+                return True
+            time.sleep(0.0005)
+    return False
+
+
 def fault_sigkill_merger(
     dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
 ) -> FaultTally:
-    """SIGKILL a process in the middle of a full merge of tombstoned groups."""
+    """SIGKILL a process inside a round of a full merge of tombstoned groups: the rounds it
+    committed stay, the one it was in rolls back, and the index reads right in between."""
     tally = FaultTally()
     store = connect(dsn, schema, "cs-fault-merge-survivor")
     try:
@@ -144,7 +173,8 @@ def fault_sigkill_merger(
             ledger.ack_all(recs, t0)
             gone = _remove(store, ledger, rng, 12)
             drain(store)  # the purge jobs remove the chunks and leave tombstones
-            if _unmerged(store) == (0, 0):
+            before = _unmerged(store)
+            if before == (0, 0):
                 tally.wrong.append("nothing for the merge to do: the round tests nothing")
                 continue
             proc = subprocess.Popen(
@@ -154,11 +184,8 @@ def fault_sigkill_merger(
             )
             try:
                 assert proc.stdout is not None
-                if proc.stdout.readline().strip() == b"merging":
-                    time.sleep(rng.uniform(0, 0.15))
-                    if proc.poll() is None:
-                        proc.send_signal(signal.SIGKILL)
-                        tally.injected += 1
+                started = proc.stdout.readline().strip() == b"merging"
+                killed = started and _kill_inside_a_round(proc, dsn, rng.uniform(0, 0.01))
                 proc.wait(timeout=30)
             finally:
                 if proc.poll() is None:
@@ -166,31 +193,40 @@ def fault_sigkill_merger(
                     proc.wait(timeout=30)
                 if proc.stdout is not None:
                     proc.stdout.close()
-            if proc.returncode == -signal.SIGKILL:
-                tally.typed_errors += 1  # the fault here is a dead process, not an error
-            elif proc.returncode == 0:
-                tally.succeeded += 1
-            else:
-                tally.wrong.append(f"merger exited {proc.returncode} before the kill")
+            if proc.returncode not in (0, -signal.SIGKILL):
+                tally.wrong.append(f"merger exited {proc.returncode}")
+                continue
             # Its backend notices the dead client once its statement ends, then rolls back.
             if not _backends_gone(store, MERGER):
                 tally.wrong.append("the killed merger's backend did not end")
                 continue
+            left = _unmerged(store)
+            if killed and left != (0, 0):
+                tally.injected += 1
+                tally.typed_errors += 1  # the fault here is a dead process, not an error
+            else:
+                tally.succeeded += 1  # it finished its last round before the kill
+            # The interrupted layout reads right, then a merge finishes what it left.
+            checked = [r.document_id for r in rng.sample(recs, 8)]
+            tally.wrong += absent(store, gone, SCOPES)
+            tally.wrong += verify(store, ledger, checked)
             tally.wrong += _merge_fully(store)
-            tally.wrong += absent(store, [d for d, _ in gone], SCOPES)
-            tally.wrong += verify(store, ledger, [r.document_id for r in rng.sample(recs, 8)])
+            tally.wrong += absent(store, gone, SCOPES)
+            tally.wrong += verify(store, ledger, checked)
     finally:
         store.close()
     return tally
 
 
 class _Merger:
-    """Full merges in a loop, few groups per transaction, on a connection of its own."""
+    """Full merges in a loop, one group per transaction so they interleave with whatever
+    runs beside them, on a connection of its own. ``window()`` brackets what they race."""
 
     def __init__(self, dsn: str, schema: str) -> None:
         self.store = connect(dsn, schema, MERGER)
         self.stop = threading.Event()
-        self.groups = 0
+        self.groups = 0  # groups merged
+        self.loops = 0  # merge calls made
         self.errors: list[str] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -198,12 +234,149 @@ class _Merger:
         try:
             with autocommit_session(self.store.engine, "merge") as raw:
                 while not self.stop.is_set():
-                    self.groups += merge_postings(raw, full=True, groups_per_round=8).groups
+                    self.groups += merge_postings(raw, full=True, groups_per_round=1).groups
+                    self.loops += 1
                     time.sleep(0.002)
         except Exception as exc:  # the verdict belongs to the round, not to this thread
             self.errors.append(f"merger: {type(exc).__name__}: {exc}")
 
+    def raced(self, work: Callable[[], None], settle_s: float = 0.0) -> bool:
+        """Run ``work``; whether merges ran and merged while it did (or in the ``settle_s``
+        after it, for the work its last writes left: purges end a round)."""
+        groups, loops = self.groups, self.loops
+        work()
+        deadline = time.monotonic() + settle_s
+        while self.groups == groups and time.monotonic() < deadline and not self.errors:
+            time.sleep(0.01)
+        return self.loops > loops + 1 and self.groups > groups
+
     def __enter__(self) -> _Merger:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        if self.thread.is_alive():
+            self.errors.append("merger: still running 60 s after it was told to stop")
+        self.store.close()
+
+
+class _WriteRound:
+    """One round's changes: documents added, deleted, rescoped and rewritten, each checked
+    by searches as it returns (``wrong``), and what they left to check once merges settle."""
+
+    def __init__(
+        self, store: PostgresSearchConnector, ledger: Ledger, rng: random.Random, ids: DocIds
+    ) -> None:
+        self.store, self.ledger, self.rng = store, ledger, rng
+        self.recs = new_docs(ids, rng, 20)
+        self.gone: list[str] = []
+        self.moved: list[tuple[str, str]] = []  # (document, the scope it left)
+        self.rewritten: list[str] = []
+        self.wrong: list[str] = []
+
+    def run(self) -> None:
+        store, ledger, rng = self.store, self.ledger, self.rng
+        t0 = time.monotonic()
+        store.upsert(self.recs)
+        ledger.ack_all(self.recs, t0)
+        self.gone = _remove(store, ledger, rng, 5)
+        self.wrong += absent(store, self.gone, SCOPES)
+        live = _live(ledger)
+        for doc_id, scope in rng.sample(live, 5):
+            target = rng.choice([s for s in SCOPES if s != scope])
+            t0 = time.monotonic()
+            if store.rescope(doc_id, target):
+                ledger.ack(doc_id, target, ledger.version[doc_id], t0)
+                self.moved.append((doc_id, scope))
+                # The old scope's readers lose it at the commit, merges or not.
+                self.wrong += absent(store, [doc_id], [scope])
+        for doc_id, _ in rng.sample(live, 5):
+            with ledger.lock:
+                scope_now, version = ledger.scope[doc_id], ledger.version[doc_id] + 1
+            if scope_now is None:
+                continue
+            t0 = time.monotonic()
+            store.upsert([record(doc_id, scope_now, version, rng)])
+            ledger.ack(doc_id, scope_now, version, t0)
+            self.rewritten.append(doc_id)
+        drain(store)  # purges and rescope checks, their merges racing too
+
+    def settled(self) -> list[str]:
+        """Problems once a full merge has run: the same visibility, every write there."""
+        problems = absent(self.store, self.gone, SCOPES)
+        for doc_id, scope in self.moved:
+            problems += absent(self.store, [doc_id], [scope])
+        checked = [r.document_id for r in self.recs] + [d for d, _ in self.moved]
+        return problems + verify(self.store, self.ledger, checked + self.rewritten)
+
+
+def fault_merge_races_writes(
+    dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
+) -> FaultTally:
+    """Delete, rescope, rewrite and add documents while full merges run one group at a time:
+    each change is visible to exactly the right scopes as it returns, merges or not."""
+    tally = FaultTally()
+    store = connect(dsn, schema, "cs-fault-merge-writer")
+    try:
+        for _ in range(rounds):
+            tally.rounds += 1
+            changes = _WriteRound(store, ledger, rng, ids)
+            with _Merger(dsn, schema) as merger:
+                raced = merger.raced(changes.run, settle_s=2.0)
+            tally.wrong += changes.wrong + merger.errors
+            tally.injected += raced
+            tally.succeeded += not merger.errors
+            tally.wrong += _merge_fully(store)
+            tally.wrong += changes.settled()
+    finally:
+        store.close()
+    return tally
+
+
+def _open(
+    dsn: str, schema: str, app: str, embedder: HashingEmbedder, **kw: Any
+) -> PostgresSearchConnector:
+    return PostgresSearchConnector.open(
+        dsn,
+        embedder=embedder,
+        schema=schema,
+        connection=ConnectionSettings(application_name=app),
+        **kw,
+    )
+
+
+class _SwitchWriter:
+    """Writes of three documents in a loop through a connector of the configuration being
+    left: until the swap they land in the live index and are carried over; after it the
+    connector is refused (``RETRIEVER_UNCONFIGURED``), the one error it may meet."""
+
+    def __init__(self, store: PostgresSearchConnector, ledger: Ledger, ids: DocIds, seed: float):
+        self.store, self.ledger, self.ids = store, ledger, ids
+        self.rng = random.Random(seed)  # its own: the thread's draws must not shift the run's
+        self.stop = threading.Event()
+        self.refused = False
+        self.wrong: list[str] = []
+        self.acked: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            recs = new_docs(self.ids, self.rng, 3)
+            t0 = time.monotonic()
+            try:
+                self.store.upsert(recs)
+            except RetrieverUnconfiguredError:
+                self.refused = True
+                return
+            except Exception as exc:
+                self.wrong.append(f"writer: {type(exc).__name__}: {exc}")
+                return
+            self.ledger.ack_all(recs, t0)
+            self.acked.extend(r.document_id for r in recs)
+
+    def __enter__(self) -> _SwitchWriter:
         self.thread.start()
         return self
 
@@ -213,117 +386,45 @@ class _Merger:
         self.store.close()
 
 
-def fault_merge_races_writes(
-    dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
-) -> FaultTally:
-    """Delete, rescope, rewrite and add documents while a merger loops."""
-    tally = FaultTally()
-    store = connect(dsn, schema, "cs-fault-merge-writer")
-    try:
-        for _ in range(rounds):
-            tally.rounds += 1
-            with _Merger(dsn, schema) as merger:
-                recs = new_docs(ids, rng, 20)
-                t0 = time.monotonic()
-                store.upsert(recs)
-                ledger.ack_all(recs, t0)
-                gone = _remove(store, ledger, rng, 5)
-                tally.wrong += absent(store, [d for d, _ in gone], SCOPES)
-                with ledger.lock:
-                    live = sorted((d, s) for d, s in ledger.scope.items() if s is not None)
-                moved = rng.sample(live, 5)
-                for doc_id, scope in moved:
-                    target = rng.choice([s for s in SCOPES if s != scope])
-                    t0 = time.monotonic()
-                    if store.rescope(doc_id, target):
-                        ledger.ack(doc_id, target, ledger.version[doc_id], t0)
-                    # The old scope's readers lose it at the commit, merges or not.
-                    tally.wrong += absent(store, [doc_id], [scope])
-                for doc_id, _ in rng.sample(live, 5):
-                    with ledger.lock:
-                        scope_now, version = ledger.scope[doc_id], ledger.version[doc_id] + 1
-                    if scope_now is None:
-                        continue
-                    t0 = time.monotonic()
-                    store.upsert([record(doc_id, scope_now, version, rng)])
-                    ledger.ack(doc_id, scope_now, version, t0)
-                drain(store)
-                time.sleep(0.2)  # merges of what the jobs left, still racing
-            tally.injected += merger.groups > 0
-            tally.wrong += merger.errors
-            if not merger.errors:
-                tally.succeeded += 1
-            tally.wrong += _merge_fully(store)
-            tally.wrong += absent(store, [d for d, _ in gone], SCOPES)
-            for doc_id, scope in moved:
-                tally.wrong += absent(store, [doc_id], [scope])
-            checked = [r.document_id for r in recs] + [d for d, _ in moved]
-            tally.wrong += verify(store, ledger, checked)
-    finally:
-        store.close()
-    return tally
-
-
-def _switch(dsn: str, schema: str, embedder: HashingEmbedder) -> None:
-    PostgresSearchConnector.open(
-        dsn,
-        embedder=embedder,
-        schema=schema,
-        reconfigure=True,
-        connection=ConnectionSettings(application_name="cs-fault-switch"),
-    ).close()
-
-
 def _switch_round(
     dsn: str, schema: str, ledger: Ledger, rng: random.Random, ids: DocIds, tally: FaultTally
 ) -> None:
-    stop = threading.Event()
-    outcomes: list[str] = []
+    """To another embedder and back, each switch under a writer of the configuration it
+    leaves, while full merges run one group at a time."""
     acked: list[str] = []
-    writer = connect(dsn, schema, "cs-fault-switch-writer")
+    raced = True
+    with _Merger(dsn, schema) as merger:
+        for leaving, target in (
+            (HashingEmbedder(), HashingEmbedder(dimension=96)),
+            (HashingEmbedder(dimension=96), HashingEmbedder()),
+        ):
+            store = _open(dsn, schema, "cs-fault-switch-writer", leaving)
+            with _SwitchWriter(store, ledger, ids, rng.random()) as writer:
 
-    def write() -> None:
-        # Until the swap its writes land in the live index and are carried over; after it
-        # the connector's configuration is not the active one: a typed refusal.
-        while not stop.is_set():
-            recs = new_docs(ids, rng, 3)
-            t0 = time.monotonic()
-            try:
-                writer.upsert(recs)
-            except ContextSearchError as exc:
-                outcomes.append(f"typed {exc.code}")
-                return
-            except Exception as exc:
-                outcomes.append(f"raw {type(exc).__name__}: {exc}")
-                return
-            ledger.ack_all(recs, t0)
-            acked.extend(r.document_id for r in recs)
+                def switch(target: HashingEmbedder = target) -> None:
+                    _open(dsn, schema, "cs-fault-switch", target, reconfigure=True).close()
 
-    try:
-        with _Merger(dsn, schema) as merger:
-            thread = threading.Thread(target=write)
-            thread.start()
-            try:
-                _switch(dsn, schema, HashingEmbedder(dimension=96))
-            finally:
-                stop.set()
-                thread.join(60)
-            _switch(dsn, schema, HashingEmbedder())
-    finally:
-        writer.close()
-    tally.injected += merger.groups > 0
-    tally.wrong += merger.errors + [o for o in outcomes if o.startswith("raw")]
-    tally.typed_errors += sum(o.startswith("typed") for o in outcomes)
+                try:
+                    raced &= merger.raced(switch)
+                except Exception as exc:
+                    tally.wrong.append(f"switch: {type(exc).__name__}: {exc}")
+                    return
+            tally.wrong += writer.wrong
+            tally.typed_errors += writer.refused
+            acked += writer.acked
+    tally.wrong += merger.errors
+    tally.injected += raced
     tally.succeeded += not merger.errors
     with connect(dsn, schema, "cs-fault-switch-check") as store:
         tally.wrong += _merge_fully(store)
-        tally.wrong += verify(store, ledger, acked[-8:] + _sample_live(ledger, rng, 8))
+        sample = [d for d, _ in rng.sample(_live(ledger), 8)]
+        tally.wrong += verify(store, ledger, acked[-8:] + sample)
 
 
 def fault_merge_races_switch(
     dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
 ) -> FaultTally:
-    """Switch to another embedder and back while a merger loops and a writer writes."""
+    """Switch to another embedder and back while merges run and writers write."""
     tally = FaultTally()
     for _ in range(rounds):
         tally.rounds += 1
@@ -331,15 +432,9 @@ def fault_merge_races_switch(
     return tally
 
 
-def _sample_live(ledger: Ledger, rng: random.Random, n: int) -> list[str]:
-    with ledger.lock:
-        live = sorted(d for d, s in ledger.scope.items() if s is not None)
-    return rng.sample(live, min(n, len(live)))
-
-
 def merge_kinds(
     dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
-) -> dict[str, Any]:
+) -> dict[str, Callable[[], FaultTally]]:
     """The merge fault kinds in their order (the runner consumes ``rng`` in this order)."""
     return {
         "merge_sigkilled": lambda: fault_sigkill_merger(dsn, schema, ledger, rounds, rng, ids),

@@ -354,34 +354,48 @@ def test_writers_wait_at_the_gate_the_switch_closes(
 def test_the_swap_waits_for_a_merge_round_in_progress(
     context_search_dsn: str, context_search_schema: str, live: PostgresSearchConnector
 ) -> None:
-    """A merge round holds row locks the swap's renames and grants need while it may wait
-    for rows the swap holds: the swap takes the round's lock first, so it waits for the
-    round instead of deadlocking with it (the server would fail the switch)."""
+    """A merge round holds row locks in the index while the swap, behind the write gate,
+    renames schemas and rewrites grants: the swap takes the round's lock first, so it waits
+    for the round instead of meeting it in a lock cycle (the server would fail the switch)."""
     import threading
+    import time
 
     from context_search.postgres.engine.drivers import lock_key
     from context_search.postgres.indexes.blocks import MERGE_LOCK
 
-    reports: list[switch.SwitchReport | None] = []
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(_switch(live))
+        except BaseException as exc:
+            outcome.append(exc)
+
     with psycopg.connect(context_search_dsn) as round_:
-        key = lock_key(round_, context_search_schema, MERGE_LOCK)
+        round_.execute(
+            sql.SQL("SET search_path = {}, public").format(sql.Identifier(context_search_schema))
+        )
+        # The key as a merge computes it: from the schema its connection resolves.
+        schema = round_.execute("SELECT current_schema()").fetchone()
+        assert schema is not None
+        key = lock_key(round_, schema[0], MERGE_LOCK)
         round_.execute("SELECT pg_advisory_xact_lock(%s)", (key,))  # a round in progress
-        switching = threading.Thread(target=lambda: reports.append(_switch(live)), daemon=True)
+        switching = threading.Thread(target=run, daemon=True)
         switching.start()
         waited = False
-        for _ in range(400):
+        deadline = time.monotonic() + 60
+        while not waited and switching.is_alive() and time.monotonic() < deadline:
             waited = round_.execute(
                 "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
                 "AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1)",
                 ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
             ).fetchone() == (True,)
-            if waited or not switching.is_alive():
-                break
-            threading.Event().wait(0.05)
-        assert waited and switching.is_alive(), "the swap did not wait for the merge round"
-        round_.commit()
+            time.sleep(0.05)
+        still_running = switching.is_alive()
+        round_.commit()  # the round ends: the swap goes on (also when the check failed)
     switching.join(60)
-    assert reports and reports[0] is not None
+    assert waited and still_running, f"the swap did not wait for the merge round: {outcome}"
+    assert len(outcome) == 1 and isinstance(outcome[0], switch.SwitchReport), outcome
     with PostgresSearchConnector.open(
         context_search_dsn, embedder=NEW, schema=context_search_schema
     ) as switched:
