@@ -19,11 +19,9 @@ the audit clean.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -45,6 +43,7 @@ from benchmarks.reliability.ledger import (
     record,
     verify,
 )
+from benchmarks.reliability.outages import child
 from context_search import HashingEmbedder
 from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres import PostgresSearchConnector
@@ -173,26 +172,12 @@ def fault_sigkill_merger(
             ledger.ack_all(recs, t0)
             gone = _remove(store, ledger, rng, 12)
             drain(store)  # the purge jobs remove the chunks and leave tombstones
-            before = _unmerged(store)
-            if before == (0, 0):
+            if _unmerged(store) == (0, 0):
                 tally.wrong.append("nothing for the merge to do: the round tests nothing")
                 continue
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _KILLED_MERGER, dsn, schema],
-                stdout=subprocess.PIPE,
-                env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            )
-            try:
-                assert proc.stdout is not None
-                started = proc.stdout.readline().strip() == b"merging"
-                killed = started and _kill_inside_a_round(proc, dsn, rng.uniform(0, 0.01))
-                proc.wait(timeout=30)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=30)
-                if proc.stdout is not None:
-                    proc.stdout.close()
+            with child(_KILLED_MERGER, dsn, schema) as (proc, line):
+                delay = rng.uniform(0, 0.01)
+                killed = line == "merging" and _kill_inside_a_round(proc, dsn, delay)
             if proc.returncode not in (0, -signal.SIGKILL):
                 tally.wrong.append(f"merger exited {proc.returncode}")
                 continue

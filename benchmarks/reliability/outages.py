@@ -21,6 +21,8 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +204,27 @@ _KILLED_WORKER = textwrap.dedent(
 )
 
 
+@contextmanager
+def child(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``script`` run by this interpreter in a child process, with the first line it printed
+    (how it says it reached the point to kill it at); killed and reaped on the way out."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc, proc.stdout.readline().decode().strip()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 def fault_sigkill_worker(
     dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
 ) -> FaultTally:
@@ -214,25 +237,11 @@ def fault_sigkill_worker(
             t0 = time.monotonic()
             store.upsert(recs, defer_indexing=True)
             ledger.ack_all(recs, t0)
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _KILLED_WORKER, dsn, schema],
-                stdout=subprocess.PIPE,
-                env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            )
-            try:
-                assert proc.stdout is not None
-                line = proc.stdout.readline()  # it claimed its jobs and is mid-embedding
-                if line.strip() == b"embedding":
+            with child(_KILLED_WORKER, dsn, schema) as (proc, line):
+                if line == "embedding":  # it claimed its jobs and is mid-embedding
                     time.sleep(rng.uniform(0, 0.2))
                     proc.send_signal(signal.SIGKILL)
                     tally.injected += 1
-                proc.wait(timeout=30)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(timeout=30)
-                if proc.stdout is not None:
-                    proc.stdout.close()
             try:
                 drain(store)  # retakes the jobs once their lease ran out
                 tally.typed_errors += 1  # the fault here is a dead process, not an error
