@@ -333,9 +333,10 @@ def _open(
 
 
 class _SwitchWriter:
-    """Writes of three documents in a loop through a connector of the configuration being
-    left: until the swap they land in the live index and are carried over; after it the
-    connector is refused (``RETRIEVER_UNCONFIGURED``), the one error it may meet."""
+    """A document written every 0.2 s through a connector of the configuration being left:
+    until the swap it lands in the live index and is carried over; after it the connector
+    is refused (``RETRIEVER_UNCONFIGURED``), the one error it may meet. Paced: every
+    document written makes each later switch of the run rebuild one more."""
 
     def __init__(self, store: PostgresSearchConnector, ledger: Ledger, ids: DocIds, seed: float):
         self.store, self.ledger, self.ids = store, ledger, ids
@@ -347,8 +348,8 @@ class _SwitchWriter:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self.stop.is_set():
-            recs = new_docs(self.ids, self.rng, 3)
+        while not self.stop.wait(0.2):
+            recs = new_docs(self.ids, self.rng, 1)
             t0 = time.monotonic()
             try:
                 self.store.upsert(recs)
