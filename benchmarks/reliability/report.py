@@ -48,6 +48,12 @@ def markdown(result: dict[str, Any]) -> str:
                 rows, ["fault", "rounds", "fired", "typed errors", "correct", "failures"]
             ),
             "",
+            "The merge kinds: *merge sigkilled* fires when a merging process is SIGKILLed inside "
+            "a round with work left (its typed errors are those dead processes); *merge races "
+            "writes / switch* fire when merges ran and merged while the writes or the switch "
+            "did (the switch's typed errors: writers of the configuration left, refused with "
+            "`RETRIEVER_UNCONFIGURED` after the swap).",
+            "",
             f"After all faults: {faults['acknowledged_documents']:,} acknowledged documents "
             f"checked (readable and found by search in their scope only, at their last "
             f"version; deleted ones found by none): "
