@@ -6,15 +6,16 @@ any process; it must never lose a posting, resurrect a removed one or leave one 
 its document left. Three kinds:
 
 - ``merge_sigkilled``: a child process runs a full merge one group per transaction and is
-  SIGKILLed inside one; its backend rolls back, the next merge finishes the work;
+  SIGKILLed mid-merge with work left; the next merge finishes the work;
 - ``merge_races_writes``: a merger loops while documents are deleted, rescoped, rewritten
   and added, each change checked by searches while merges run;
 - ``merge_races_switch``: a merger loops while the index switches to another embedder
   and back (a rebuild in a sibling schema and two renames), under a writer.
 
-After each round: every acknowledged write present and searchable in its scope only,
-removed documents found by no search, no group left unmerged once a merge completes, and
-the audit clean.
+After each round, for the round's documents and a sample: acknowledged writes present and
+searchable in their scope only, removed documents found by no search, no group left
+unmerged once a merge completes, and the audit clean (the runner checks every document at
+the end).
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def _backends_gone(store: PostgresSearchConnector, app: str, timeout_s: float = 
 
 
 def _live(ledger: Ledger) -> list[tuple[str, str]]:
-    """Live documents and their scopes, in a stable order (the seeded samples repeat)."""
+    """Live documents and their scopes, in a stable order for the seeded samples (the
+    switch kind's writers add a timing-dependent number, so runs differ after it)."""
     with ledger.lock:
         return sorted((d, s) for d, s in ledger.scope.items() if s is not None)
 
@@ -159,8 +161,8 @@ def _kill_inside_a_round(proc: subprocess.Popen[bytes], dsn: str, delay_s: float
 def fault_sigkill_merger(
     dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
 ) -> FaultTally:
-    """SIGKILL a process inside a round of a full merge of tombstoned groups: the rounds it
-    committed stay, the one it was in rolls back, and the index reads right in between."""
+    """SIGKILL a process mid-way through a full merge of tombstoned groups, with work left:
+    the index reads right as the dead merge left it, and the next merge finishes it."""
     tally = FaultTally()
     store = connect(dsn, schema, "cs-fault-merge-survivor")
     try:
@@ -175,9 +177,13 @@ def fault_sigkill_merger(
             if _unmerged(store) == (0, 0):
                 tally.wrong.append("nothing for the merge to do: the round tests nothing")
                 continue
-            with child(_KILLED_MERGER, dsn, schema) as (proc, line):
-                delay = rng.uniform(0, 0.01)
-                killed = line == "merging" and _kill_inside_a_round(proc, dsn, delay)
+            try:
+                with child(_KILLED_MERGER, dsn, schema) as (proc, line):
+                    delay = rng.uniform(0, 0.01)
+                    killed = line == "merging" and _kill_inside_a_round(proc, dsn, delay)
+            except subprocess.TimeoutExpired:
+                tally.wrong.append("the merger neither finished nor died within 30 s")
+                continue
             if proc.returncode not in (0, -signal.SIGKILL):
                 tally.wrong.append(f"merger exited {proc.returncode}")
                 continue
@@ -205,7 +211,7 @@ def fault_sigkill_merger(
 
 class _Merger:
     """Full merges in a loop, one group per transaction so they interleave with whatever
-    runs beside them, on a connection of its own. ``window()`` brackets what they race."""
+    runs beside them, on a connection of its own; ``raced()`` says whether they overlapped."""
 
     def __init__(self, dsn: str, schema: str) -> None:
         self.store = connect(dsn, schema, MERGER)
@@ -226,8 +232,9 @@ class _Merger:
             self.errors.append(f"merger: {type(exc).__name__}: {exc}")
 
     def raced(self, work: Callable[[], None], settle_s: float = 0.0) -> bool:
-        """Run ``work``; whether merges ran and merged while it did (or in the ``settle_s``
-        after it, for the work its last writes left: purges end a round)."""
+        """Run ``work``; whether merges merged while it ran or in the ``settle_s`` after it
+        (the writes kind ends with purges, whose tombstones are the merges' next work: a
+        merge then races the writers' own merges after their commits, not the writes)."""
         groups, loops = self.groups, self.loops
         work()
         deadline = time.monotonic() + settle_s
@@ -308,8 +315,12 @@ def fault_merge_races_writes(
         for _ in range(rounds):
             tally.rounds += 1
             changes = _WriteRound(store, ledger, rng, ids)
-            with _Merger(dsn, schema) as merger:
-                raced = merger.raced(changes.run, settle_s=2.0)
+            try:
+                with _Merger(dsn, schema) as merger:
+                    raced = merger.raced(changes.run, settle_s=2.0)
+            except Exception as exc:
+                tally.wrong.append(f"writes: {type(exc).__name__}: {exc}")
+                continue
             tally.wrong += changes.wrong + merger.errors
             tally.injected += raced
             tally.succeeded += not merger.errors
@@ -340,7 +351,7 @@ class _SwitchWriter:
 
     def __init__(self, store: PostgresSearchConnector, ledger: Ledger, ids: DocIds, seed: float):
         self.store, self.ledger, self.ids = store, ledger, ids
-        self.rng = random.Random(seed)  # its own: the thread's draws must not shift the run's
+        self.rng = random.Random(seed)  # its own: its draws would interleave with the run's
         self.stop = threading.Event()
         self.refused = False
         self.wrong: list[str] = []
@@ -369,35 +380,56 @@ class _SwitchWriter:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(60)
+        if self.thread.is_alive():
+            self.wrong.append("writer: still running 60 s after it was told to stop")
         self.store.close()
+
+
+def _active_revision(dsn: str, schema: str) -> int | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            psycopg.sql.SQL("SELECT revision FROM {} WHERE active").format(
+                psycopg.sql.Identifier(schema, "index_configs")
+            )
+        ).fetchone()
+    return None if row is None else int(row[0])
 
 
 def _switch_round(
     dsn: str, schema: str, ledger: Ledger, rng: random.Random, ids: DocIds, tally: FaultTally
 ) -> None:
     """To another embedder and back, each switch under a writer of the configuration it
-    leaves, while full merges run one group at a time."""
+    leaves, while full merges run one group at a time. A switch that fails is a failure
+    of the round, and the index is put back on the default embedder for the kinds after."""
     acked: list[str] = []
     raced = True
     with _Merger(dsn, schema) as merger:
-        for leaving, target in (
-            (HashingEmbedder(), HashingEmbedder(dimension=96)),
-            (HashingEmbedder(dimension=96), HashingEmbedder()),
-        ):
-            store = _open(dsn, schema, "cs-fault-switch-writer", leaving)
-            with _SwitchWriter(store, ledger, ids, rng.random()) as writer:
+        try:
+            for leaving, target in (
+                (HashingEmbedder(), HashingEmbedder(dimension=96)),
+                (HashingEmbedder(dimension=96), HashingEmbedder()),
+            ):
+                store = _open(dsn, schema, "cs-fault-switch-writer", leaving)
+                with _SwitchWriter(store, ledger, ids, rng.random()) as writer:
 
-                def switch(target: HashingEmbedder = target) -> None:
-                    _open(dsn, schema, "cs-fault-switch", target, reconfigure=True).close()
+                    def switch(target: HashingEmbedder = target) -> None:
+                        _open(dsn, schema, "cs-fault-switch", target, reconfigure=True).close()
 
-                try:
+                    before = _active_revision(dsn, schema)
                     raced &= merger.raced(switch)
-                except Exception as exc:
-                    tally.wrong.append(f"switch: {type(exc).__name__}: {exc}")
-                    return
-            tally.wrong += writer.wrong
-            tally.typed_errors += writer.refused
-            acked += writer.acked
+                    if _active_revision(dsn, schema) == before:
+                        tally.wrong.append("a switch left the active configuration as it was")
+                tally.wrong += writer.wrong
+                tally.typed_errors += writer.refused
+                acked += writer.acked
+        except Exception as exc:
+            tally.wrong.append(f"switch: {type(exc).__name__}: {exc}")
+            raced = False
+            try:  # the kinds after this one write with the default embedder
+                _open(dsn, schema, "cs-fault-switch", HashingEmbedder(), reconfigure=True).close()
+            except Exception as again:
+                tally.wrong.append(f"switch back: {type(again).__name__}: {again}")
+                return
     tally.wrong += merger.errors
     tally.injected += raced
     tally.succeeded += not merger.errors

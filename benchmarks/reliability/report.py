@@ -48,10 +48,11 @@ def markdown(result: dict[str, Any]) -> str:
                 rows, ["fault", "rounds", "fired", "typed errors", "correct", "failures"]
             ),
             "",
-            "The merge kinds: *merge sigkilled* fires when a merging process is SIGKILLed inside "
-            "a round with work left (its typed errors are those dead processes); *merge races "
-            "writes / switch* fire when merges ran and merged while the writes or the switch "
-            "did (the switch's typed errors: writers of the configuration left, refused with "
+            "The merge kinds: *merge sigkilled* fires when a merging process is SIGKILLed "
+            "mid-merge with work left (its typed errors are those dead processes); *merge "
+            "races writes* when merges merged during the writes or in the 2 s after them (their "
+            "purges' tombstones); *merge races switch* when merges merged during both switches "
+            "(its typed errors: writers of the configuration left, refused with "
             "`RETRIEVER_UNCONFIGURED` after the swap).",
             "",
             f"After all faults: {faults['acknowledged_documents']:,} acknowledged documents "
