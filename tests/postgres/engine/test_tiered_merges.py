@@ -266,7 +266,10 @@ def test_a_loads_cut_picked_as_a_deadlock_victim_is_tried_again(
         writer.commit()
     thread.join(timeout=60)
     assert len(cut) == 1 and isinstance(cut[0], int), cut
-    assert retries == [0]  # aborted once, then done
+    # Aborted at least once, then done. A retry that starts before the writer's DELETE has
+    # finished can meet it again and be aborted again (seen under a loaded CI run): each
+    # attempt backs off in turn, and the cut still ends with every listed chunk cut once.
+    assert retries and retries == list(range(len(retries))), retries
     assert _counts(store) == (0, 0, 30)  # 1 ordinary + 29 cut; the victim neither
     with store.engine.connect() as conn:
         assert not conn.execute(
