@@ -27,7 +27,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from sqlalchemy import text
@@ -209,17 +209,43 @@ def fault_sigkill_merger(
     return tally
 
 
-class _Merger:
+class _Beside:
+    """A thread running beside a round on a connector of its own until the round is done;
+    what it finds wrong goes to ``problems``, the round's verdict to judge."""
+
+    name = "thread"
+
+    def __init__(self, store: PostgresSearchConnector) -> None:
+        self.store = store
+        self.stop = threading.Event()
+        self.problems: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        if self.thread.is_alive():
+            self.problems.append(f"{self.name}: still running 60 s after it was told to stop")
+        self.store.close()
+
+
+class _Merger(_Beside):
     """Full merges in a loop, one group per transaction so they interleave with whatever
-    runs beside them, on a connection of its own; ``raced()`` says whether they overlapped."""
+    runs beside them; ``raced()`` says whether they overlapped."""
+
+    name = "merger"
 
     def __init__(self, dsn: str, schema: str) -> None:
-        self.store = connect(dsn, schema, MERGER)
-        self.stop = threading.Event()
+        super().__init__(connect(dsn, schema, MERGER))
         self.groups = 0  # groups merged
         self.loops = 0  # merge calls made
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         try:
@@ -229,7 +255,7 @@ class _Merger:
                     self.loops += 1
                     time.sleep(0.002)
         except Exception as exc:  # the verdict belongs to the round, not to this thread
-            self.errors.append(f"merger: {type(exc).__name__}: {exc}")
+            self.problems.append(f"merger: {type(exc).__name__}: {exc}")
 
     def raced(self, work: Callable[[], None], settle_s: float = 0.0) -> bool:
         """Run ``work``; whether merges merged while it ran or in the ``settle_s`` after it
@@ -238,20 +264,9 @@ class _Merger:
         groups, loops = self.groups, self.loops
         work()
         deadline = time.monotonic() + settle_s
-        while self.groups == groups and time.monotonic() < deadline and not self.errors:
+        while self.groups == groups and time.monotonic() < deadline and not self.problems:
             time.sleep(0.01)
         return self.loops > loops + 1 and self.groups > groups
-
-    def __enter__(self) -> _Merger:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        if self.thread.is_alive():
-            self.errors.append("merger: still running 60 s after it was told to stop")
-        self.store.close()
 
 
 class _WriteRound:
@@ -321,9 +336,9 @@ def fault_merge_races_writes(
             except Exception as exc:
                 tally.wrong.append(f"writes: {type(exc).__name__}: {exc}")
                 continue
-            tally.wrong += changes.wrong + merger.errors
+            tally.wrong += changes.wrong + merger.problems
             tally.injected += raced
-            tally.succeeded += not merger.errors
+            tally.succeeded += not merger.problems
             tally.wrong += _merge_fully(store)
             tally.wrong += changes.settled()
     finally:
@@ -343,20 +358,20 @@ def _open(
     )
 
 
-class _SwitchWriter:
+class _SwitchWriter(_Beside):
     """A document written every 0.2 s through a connector of the configuration being left:
     until the swap it lands in the live index and is carried over; after it the connector
     is refused (``RETRIEVER_UNCONFIGURED``), the one error it may meet. Paced: every
     document written makes each later switch of the run rebuild one more."""
 
+    name = "writer"
+
     def __init__(self, store: PostgresSearchConnector, ledger: Ledger, ids: DocIds, seed: float):
-        self.store, self.ledger, self.ids = store, ledger, ids
+        super().__init__(store)
+        self.ledger, self.ids = ledger, ids
         self.rng = random.Random(seed)  # its own: its draws would interleave with the run's
-        self.stop = threading.Event()
         self.refused = False
-        self.wrong: list[str] = []
         self.acked: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self.stop.wait(0.2):
@@ -368,21 +383,10 @@ class _SwitchWriter:
                 self.refused = True
                 return
             except Exception as exc:
-                self.wrong.append(f"writer: {type(exc).__name__}: {exc}")
+                self.problems.append(f"writer: {type(exc).__name__}: {exc}")
                 return
             self.ledger.ack_all(recs, t0)
             self.acked.extend(r.document_id for r in recs)
-
-    def __enter__(self) -> _SwitchWriter:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(60)
-        if self.thread.is_alive():
-            self.wrong.append("writer: still running 60 s after it was told to stop")
-        self.store.close()
 
 
 def _active_revision(dsn: str, schema: str) -> int | None:
@@ -419,7 +423,7 @@ def _switch_round(
                     raced &= merger.raced(switch)
                     if _active_revision(dsn, schema) == before:
                         tally.wrong.append("a switch left the active configuration as it was")
-                tally.wrong += writer.wrong
+                tally.wrong += writer.problems
                 tally.typed_errors += writer.refused
                 acked += writer.acked
         except Exception as exc:
@@ -430,9 +434,9 @@ def _switch_round(
             except Exception as again:
                 tally.wrong.append(f"switch back: {type(again).__name__}: {again}")
                 return
-    tally.wrong += merger.errors
+    tally.wrong += merger.problems
     tally.injected += raced
-    tally.succeeded += not merger.errors
+    tally.succeeded += not merger.problems
     with connect(dsn, schema, "cs-fault-switch-check") as store:
         tally.wrong += _merge_fully(store)
         sample = [d for d, _ in rng.sample(_live(ledger), 8)]
