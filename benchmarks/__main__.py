@@ -11,7 +11,9 @@ in ``all``); ``footprint`` (bytes per chunk, buffers per search, build and strea
 ours beside the peer; not in ``all``); ``fusion`` (nDCG@10 of each fusion choice per data
 set and embedder: declared, undeclared, noise; not in ``all``); ``sqlite_scale`` (the SQLite
 connector beside the PostgreSQL connector at ``--sizes``: ingest, search with 1 and 8
-readers; not in ``all``).
+readers; not in ``all``); ``quantization`` (the vector graph over ``halfvec`` against a graph
+of bits with an exact re-rank, one index converted in place at ``--quant-sizes``: bytes,
+buffers, agreement with exact distances, cold and warm latency, nDCG; not in ``all``).
 ``--dataset PATH`` takes any dataset in BEIR layout (default: the shared SciFact copy, read
 in place); ``--tiny`` uses a generated dataset and a scratch output directory (smoke test).
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             "footprint",
             "sqlite_scale",
             "fusion",
+            "quantization",
         ),
     )
     parser.add_argument("--dataset", type=Path, default=common.DEFAULT_DATA)
@@ -84,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Fusion suite: comma-separated data sets in BEIR layout (default: the shared "
         "SciFact and Chinese sets).",
+    )
+    parser.add_argument(
+        "--quant-sizes", default="100000,1000000", help="Quantization index sizes (chunks)."
     )
     parser.add_argument("--filtered-chunks", type=int, default=100_000)
     parser.add_argument(
@@ -157,6 +164,15 @@ def main(argv: list[str] | None = None) -> int:
                     if args.fusion_datasets is None
                     else tuple(Path(p) for p in args.fusion_datasets.split(","))
                 )
+            if suite == "quantization":
+                kwargs["sizes"] = (
+                    (300,) if args.tiny else tuple(int(s) for s in args.quant_sizes.split(","))
+                )
+                # Cold searches restart the server: only the throwaway one this run started.
+                own = args.dsn is None and not os.environ.get("CONTEXT_SEARCH_DSN")
+                kwargs["cold"] = (3 if args.tiny else 30) if own else 0
+                if args.tiny:
+                    kwargs.update(datasets=(), per_client=6, agreement_queries=5)
             if suite == "filtered":
                 kwargs["chunks"] = 300 if args.tiny else args.filtered_chunks
             if suite == "partitions":

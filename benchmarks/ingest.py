@@ -56,18 +56,18 @@ def _row_path() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _timed_builds(phases: Counter[str]) -> Iterator[None]:
-    real = builds._build
+    real = builds.build_index
 
     def timed(*args: Any, **kw: Any) -> None:
         t0 = time.perf_counter()
         real(*args, **kw)
         phases["index builds after the load"] += time.perf_counter() - t0
 
-    builds._build = timed  # type: ignore[assignment]
+    builds.build_index = timed  # type: ignore[assignment]
     try:
         yield
     finally:
-        builds._build = real  # type: ignore[assignment]
+        builds.build_index = real  # type: ignore[assignment]
 
 
 def _once(dsn: str, records: list[Any], embedder: Any) -> tuple[float, int, dict[str, float]]:

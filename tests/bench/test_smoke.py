@@ -112,3 +112,19 @@ def test_the_fusion_suite_fills_every_cell(context_search_dsn: str, tmp_path: Pa
     assert noise["default_mean_vector_weight"] < declared["default_mean_vector_weight"]
     assert any(name.endswith("noise: default >= lexical - 0.01") for name in result["targets"])
     assert "<!-- bench:fusion -->" in (tmp_path / "BENCHMARKS.md").read_text(encoding="utf-8")
+
+
+def test_the_quantization_suite_runs_on_a_tiny_dataset(
+    context_search_dsn: str, tmp_path: Path
+) -> None:
+    argv = ["quantization", "--tiny", "--dsn", context_search_dsn, "--out", str(tmp_path)]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "quantization.json").read_text())
+    (level,) = result["levels"]
+    halfvec, binary = level["halfvec"], level["binary"]
+    # A graph of bits is a fraction of the halfvec graph, and on 300 chunks its re-rank sees
+    # them all: the same top 10 as exact distances.
+    assert binary["graph_bytes_per_chunk"] < halfvec["graph_bytes_per_chunk"] / 2
+    assert binary["top10_agreement_with_exact"] == halfvec["top10_agreement_with_exact"] == 1.0
+    assert "cold_1" not in binary  # never restarts a server it was handed
+    assert "<!-- bench:quantization -->" in (tmp_path / "BENCHMARKS.md").read_text()

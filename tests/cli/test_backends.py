@@ -287,6 +287,7 @@ CASES: dict[str, Check] = {
     "conformance": _conformance,
     "migrate": _migrate,
     "partition": lambda w, mp, o: _partition(w, mp, o),
+    "vector-index": lambda w, mp, o: _vector_index(w, mp, o),
     "ingest": _ingest,
     "search": _search,
     "explain": lambda w, mp, o: _ok(_run(["explain", _first(o), "aurora", "-s", TEAM, *o])),
@@ -311,6 +312,13 @@ def _partition(w: World, mp: Any, o: list[str]) -> None:
         _refused(["partition", TEAM])(w, mp, o)
     else:
         assert "partitions" in _ok(_run(["partition", TEAM, *o])).output
+
+
+def _vector_index(w: World, mp: Any, o: list[str]) -> None:
+    if "sqlite" in o:
+        _refused(["vector-index", "binary"])(w, mp, o)
+    else:
+        assert "halfvec -> binary" in _ok(_run(["vector-index", "binary", *o])).output
 
 
 def _check_mcp(mp: Any, o: list[str]) -> None:

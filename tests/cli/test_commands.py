@@ -160,6 +160,25 @@ def test_partition_gives_scopes_their_own_partitions(
     assert found == (None,)
 
 
+def test_vector_index_converts_the_graph_both_ways(
+    common: list[str], context_search_dsn: str, context_search_schema: str
+) -> None:
+    where = ["--dsn", context_search_dsn, "--schema", context_search_schema]
+    before = _json(["search", "aurora", "-s", "team", "-s", "restricted", *common])
+    out = _json(["vector-index", "binary", *where])
+    assert isinstance(out, dict) and (out["before"], out["after"]) == ("halfvec", "binary")
+    assert 0 < out["bytes_after"] <= out["bytes_before"] and out["chunks"] > 0  # 3 docs
+    again = runner.invoke(app, ["vector-index", "binary", *where])
+    assert again.exit_code == 0 and "already has a binary vector graph" in again.output
+    after = _json(["search", "aurora", "-s", "team", "-s", "restricted", *common])
+    assert isinstance(before, dict) and isinstance(after, dict)
+    assert [h["doc_id"] for h in after["hits"]] == [h["doc_id"] for h in before["hits"]]
+    back = _json(["vector-index", "halfvec", *where])
+    assert isinstance(back, dict) and (back["before"], back["after"]) == ("binary", "halfvec")
+    wrong = runner.invoke(app, ["vector-index", "pq", *where, "--json"])
+    assert wrong.exit_code != 0 and "INVALID_CONFIG" in wrong.output
+
+
 def test_status_audit_finds_a_corrupted_copy(
     common: list[str], context_search_dsn: str, context_search_schema: str
 ) -> None:

@@ -112,6 +112,16 @@ register(
         "has one exact vector scan and nothing to split",
     ),
 )
+register(
+    app,
+    _db.vector_index_command,
+    CommandSpec(
+        "vector-index",
+        POSTGRES_ONLY,
+        "the vector graph's kind is PostgreSQL's (pgvector HNSW); a SQLite file scans its "
+        "vectors exactly",
+    ),
+)
 register(app, _ingest.ingest, CommandSpec("ingest", creates=True))
 register(app, _search.search, CommandSpec("search"))
 register(app, _search.explain, CommandSpec("explain"))

@@ -232,7 +232,7 @@ def _graph_branch_ran(plan: str) -> bool:
     than exact distances."""
     lines = plan.split("CTE nearest", 1)[1].split("\n  CTE ", 1)[0].splitlines()
     for i, line in enumerate(lines):
-        if "One-Time Filter: (NOT (InitPlan" in line:
+        if re.search(r"One-Time Filter: \(+NOT \(InitPlan", line):  # the first such branch
             node = lines[i - 1]
             rows = re.search(r"rows=([\d.]+)", node.split("actual", 1)[-1])
             return "never executed" not in node and rows is not None and float(rows[1]) > 0

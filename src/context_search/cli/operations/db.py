@@ -1,6 +1,7 @@
 """Index administration: ``migrate`` brings an index to the latest revision (a PostgreSQL
 schema, or a SQLite file: created if missing, upgraded in place), ``partition`` gives scopes
-partitions of their own (PostgreSQL), ``drop`` deletes an index (only with ``--yes``)."""
+partitions of their own and ``vector-index`` rebuilds the vector graph over ``halfvec`` or
+bits (PostgreSQL), ``drop`` deletes an index (only with ``--yes``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from context_search.cli.common import (
     DEFAULT_SCHEMA,
@@ -27,6 +36,7 @@ from context_search.postgres.connector.opening import index_not_found
 from context_search.postgres.engine.migrations import current_revision, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
 from context_search.postgres.engine.server import resolve_server
+from context_search.postgres.indexes.quantization import VECTOR_KINDS, convert_vector_index
 from context_search.postgres.operations.admin import drop_index
 from context_search.postgres.operations.partitions import partition_index
 from context_search.postgres.settings import validate_schema
@@ -91,6 +101,78 @@ def partition_command(
     else:
         Console().print(
             f"{server.description}: schema {schema} partitions scopes {', '.join(done)}",
+            highlight=False,
+        )
+
+
+def vector_index_command(
+    kind: Annotated[
+        str,
+        typer.Argument(help="halfvec (the default graph) or binary (bits, exact re-rank)."),
+    ],
+    dsn: Dsn = None,
+    schema: Schema = DEFAULT_SCHEMA,
+    as_json: JsonOpt = False,
+    verbose: Verbose = False,
+) -> None:
+    """Rebuild the vector graph over halfvec or over bits (PostgreSQL; idempotent).
+
+    A graph of bits takes about a third of the bytes; searches re-rank its candidates by
+    exact distance. Searches and writes go on during the build, and every running connector
+    follows the new graph once it is built."""
+    with cli_errors(as_json=as_json, verbose=verbose):
+        validate_schema(schema)
+        if kind not in VECTOR_KINDS:
+            raise InvalidConfigError(
+                f"vector index kind must be one of {', '.join(VECTOR_KINDS)}",
+                details={"field": "kind"},
+            )
+        server = resolve_server(dsn)
+        engine = create_store_engine(server.dsn, schema=schema)
+        columns = (
+            TextColumn(f"building the {kind} graph"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("chunks"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+        try:
+            if current_revision(engine, schema=schema) is None:
+                raise index_not_found(schema, probe_postgres(dsn, schema).existing)
+            with Progress(*columns, disable=as_json) as bar:
+                task = bar.add_task("build", total=None)
+                report = convert_vector_index(
+                    engine,
+                    kind,
+                    progress=lambda done, total: bar.update(task, completed=done, total=total),
+                )
+        finally:
+            close_store_engine(engine)
+    if as_json:
+        echo_json(
+            {
+                "server": server.description,
+                "schema": schema,
+                "before": report.before,
+                "after": report.after,
+                "chunks": report.chunks,
+                "bytes_before": report.bytes_before,
+                "bytes_after": report.bytes_after,
+                "seconds": round(report.seconds, 3),
+            }
+        )
+    elif report.before == report.after:
+        Console().print(
+            f"{server.description}: schema {schema} already has a {kind} vector graph",
+            highlight=False,
+        )
+    else:
+        Console().print(
+            f"{server.description}: schema {schema} vector graph {report.before} -> "
+            f"{report.after} over {report.chunks} chunks in {report.seconds:.1f} s "
+            f"({report.bytes_before:,} -> {report.bytes_after:,} bytes)",
             highlight=False,
         )
 

@@ -65,6 +65,7 @@ from context_search.postgres.connector.caller import AsyncCallerConnection, run_
 from context_search.postgres.connector.front import PostgresSearchConnector
 from context_search.postgres.connector.opening import replica_targets
 from context_search.postgres.engine.server import resolve_server
+from context_search.postgres.indexes.quantization import VectorIndexKind, VectorIndexReport
 from context_search.postgres.indexes.statistics import refresh_statistics
 from context_search.postgres.settings import (
     DEFAULT_SCHEMA,
@@ -424,6 +425,12 @@ class AsyncPostgresSearchConnector:
     async def partition_scopes(self, scopes: Sequence[str]) -> tuple[str, ...]:
         """Give scopes partitions of their own (``PostgresSearchConnector.partition_scopes``)."""
         return await self._run(self._core.partition_scopes, scopes)
+
+    async def convert_vector_index(
+        self, kind: VectorIndexKind, *, progress: Callable[[int, int], None] | None = None
+    ) -> VectorIndexReport:
+        """Rebuild the vector graph as ``kind`` (see the sync ``convert_vector_index``)."""
+        return await self._run(self._core.convert_vector_index, kind, progress=progress)
 
     async def report_gap(self, report: GapReport) -> GapReceipt:
         """Record a gap (``PostgresSearchConnector.report_gap``)."""

@@ -86,6 +86,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         exact_threshold: int = 2000,
         exact_scale: int = 200,
         per_term: int = 1000,
+        binary_rerank: int = 2,
         connection: ConnectionSettings | None = None,
         query_cache_size: int = 1024,
         stage_timings: bool = False,
@@ -130,6 +131,8 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             exact_scale=exact_scale,
             per_term=per_term,
             partitioned=partitioned,
+            dimension=settings.dimension,
+            binary_rerank=binary_rerank,
         )
         self._writes = Writes(engine, self._embedder, settings)
         self._query_vectors = QueryVectors(self._embedder, query_cache_size)
@@ -157,6 +160,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         exact_threshold: int = 2000,
         exact_scale: int = 200,
         lexical_per_term: int = 1000,
+        binary_rerank: int = 2,
         reconfigure: bool = False,
         reconfigure_progress: Callable[[int, int], None] | None = None,
         connection: ConnectionSettings | None = None,
@@ -180,6 +184,9 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.
         ``{"hnsw.ef_search": "200"}`` or ``{"enable_seqscan": "off"}`` to force the HNSW
         index on a table small enough that the planner would otherwise scan it exactly.
+        ``binary_rerank``: on an index whose vector graph is over bits
+        (:meth:`convert_vector_index`), the vector arm takes this many times its chunk pool
+        (twice ``pool_size``) from the graph and orders them by exact distance (1 to 5).
 
         The embedder, chunking and text-search settings make up the index configuration. A
         schema has one active configuration; opening with different settings raises
@@ -235,6 +242,10 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             raise InvalidConfigError(
                 "pool_size must be between 1 and 1000", details={"field": "pool_size"}
             )
+        if not isinstance(binary_rerank, int) or not 1 <= binary_rerank <= 5:
+            raise InvalidConfigError(
+                "binary_rerank must be between 1 and 5", details={"field": "binary_rerank"}
+            )
         given = engine
         embedder = embedder or default_embedder()
         connection = connection or ConnectionSettings()
@@ -287,6 +298,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             exact_threshold=exact_threshold,
             exact_scale=exact_scale,
             per_term=lexical_per_term,
+            binary_rerank=binary_rerank,
             connection=connection,
             query_cache_size=query_cache_size,
             stage_timings=stage_timings,

@@ -9,7 +9,7 @@ before anything is prepared or sent.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +26,13 @@ from context_search.contract import (
 from context_search.embedding import GuardedEmbedder
 from context_search.errors import UnauthorizedError
 from context_search.postgres.connector.caller import CallerConnection, joined
+from context_search.postgres.engine.drivers import autocommit_session
+from context_search.postgres.indexes.quantization import (
+    VectorIndexKind,
+    VectorIndexReport,
+    convert_vector_index,
+    vector_index_kind,
+)
 from context_search.postgres.indexes.statistics import refresh_statistics
 from context_search.postgres.operations.partitions import partition_index
 from context_search.postgres.read.statement import SearchStatements
@@ -188,6 +195,22 @@ class WriteSide:
         self._statements = dataclasses.replace(self._statements, partitioned=True)
         self._tokens.after_write()
         return partitioned
+
+    def convert_vector_index(
+        self, kind: VectorIndexKind, *, progress: Callable[[int, int], None] | None = None
+    ) -> VectorIndexReport:
+        """Rebuild the vector graph over ``halfvec`` (the default) or over bits
+        (``"binary"``: about a third of the bytes, candidates re-ranked by exact distance;
+        see ``postgres/indexes/quantization.py``). Searches and writes go on during the
+        build (writes wait on a table partitioned by scope), and every connector follows
+        the new graph once it is valid. ``progress(done, total)`` follows the build."""
+        self._writable("convert_vector_index")
+        return convert_vector_index(self._engine, kind, progress=progress)
+
+    def vector_index_kind(self) -> VectorIndexKind | None:
+        """The live vector graph's kind (``None`` while a large load rebuilds it)."""
+        with autocommit_session(self._engine, "vector index kind") as raw:
+            return vector_index_kind(raw)
 
     def worker(self, **options: Any) -> JobWorker:
         """A job worker for this index configuration (options: see :class:`JobWorker`)."""

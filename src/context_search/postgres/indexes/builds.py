@@ -40,9 +40,14 @@ __all__ = [
     "IS_PARTITIONED",
     "LEXICAL_INDEXES",
     "VECTOR_INDEX",
+    "VECTOR_INDEX_NEXT",
+    "build_index",
     "build_settings",
+    "ddl_session",
     "defer_index_builds",
     "ensure_indexes",
+    "finish_conversion",
+    "index_states",
     "large_rebuild_queued",
     "load_lock_key",
     "pending_builds",
@@ -62,6 +67,9 @@ DEFER_RATIO = 0.25
 #: catalog before the drop and kept in the comment of ``chunks`` until they are built again,
 #: so a process killed in between leaves a note of exactly what to rebuild.
 VECTOR_INDEX = "ix_chunks_embedding_hnsw"
+#: The vector index a conversion to another kind (``indexes/quantization.py``) builds beside
+#: the live one before it takes its name.
+VECTOR_INDEX_NEXT = "ix_chunks_embedding_next"
 LEXICAL_INDEXES = ("ix_posting_blocks_group",)
 DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
 DEFERRED_NOTE = "context-search deferred index builds: "
@@ -128,7 +136,7 @@ def build_settings(rows: int, dimension: int) -> tuple[int, int]:
     return mem_mb, workers
 
 
-def _states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
+def index_states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
     """name -> (definition, valid) of the named indexes that exist."""
     rows = raw.execute(
         "SELECT c.relname, pg_get_indexdef(i.indexrelid), i.indisvalid FROM pg_index i "
@@ -140,7 +148,7 @@ def _states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
     return {str(r[0]): (str(r[1]), bool(r[2])) for r in rows}
 
 
-def _build(raw: Any, name: str, definition: str, rows: int, dimension: int) -> None:
+def build_index(raw: Any, name: str, definition: str, rows: int, dimension: int) -> None:
     """Build one index with ``CREATE INDEX CONCURRENTLY`` (readers and writers go on)."""
     mem_mb, workers = build_settings(rows, dimension)
     raw.execute(f"SET maintenance_work_mem = '{mem_mb}MB'")
@@ -153,7 +161,7 @@ def _build(raw: Any, name: str, definition: str, rows: int, dimension: int) -> N
         raw.execute("RESET maintenance_work_mem")
         raw.execute("RESET max_parallel_maintenance_workers")
         raw.execute("RESET statement_timeout")
-    state = _states(raw, [name]).get(name)
+    state = index_states(raw, [name]).get(name)
     if state is not None and not state[1]:  # a failed concurrent build leaves it invalid
         raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
 
@@ -177,7 +185,7 @@ def pending_builds(raw: Any) -> dict[str, str]:
 
 
 @contextmanager
-def _ddl_session(engine: Engine, action: str) -> Iterator[Any]:
+def ddl_session(engine: Engine, action: str) -> Iterator[Any]:
     """An autocommit connection holding the load lock; yields None if another holds it."""
     with autocommit_session(engine, action) as raw:
         key = load_lock_key(raw)
@@ -207,7 +215,7 @@ def defer_index_builds(
         yield
         return
     names = [VECTOR_INDEX, *(LEXICAL_INDEXES if initial else ())]
-    with _ddl_session(engine, "upsert") as raw:
+    with ddl_session(engine, "upsert") as raw:
         if raw is None:
             yield  # another load builds the indexes when it finishes
             return
@@ -216,7 +224,7 @@ def defer_index_builds(
             # graph takes its rows as they come.
             yield
             return
-        definitions = {n: d for n, (d, _) in _states(raw, names).items()}
+        definitions = {n: d for n, (d, _) in index_states(raw, names).items()}
         if not definitions:
             yield
             return
@@ -234,8 +242,8 @@ def defer_index_builds(
             build_deferred_postings(raw)
             rows = _count(raw)
             for name, definition in definitions.items():
-                _build(raw, name, definition, rows, dimension)
-            if all(s[1] for s in _states(raw, list(definitions)).values()):
+                build_index(raw, name, definition, rows, dimension)
+            if all(s[1] for s in index_states(raw, list(definitions)).values()):
                 _note(raw, None)
             # Planner statistics and the visibility map right after the load, not when
             # autovacuum gets to it: the first searches plan with the real table sizes and
@@ -280,6 +288,19 @@ def build_deferred_postings(raw: Any, *, tries: int = 4) -> int:
         raw.execute("RESET statement_timeout")
 
 
+def finish_conversion(raw: Any) -> None:
+    """What a vector index conversion killed midway left: its new index takes the live
+    name if the old one was already dropped, and is dropped otherwise (the conversion is
+    finished by asking for it again)."""
+    states = index_states(raw, [VECTOR_INDEX, VECTOR_INDEX_NEXT])
+    if VECTOR_INDEX not in states and states[VECTOR_INDEX_NEXT][1]:
+        log.warning("finishing an interrupted vector index conversion")
+        raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
+    else:
+        log.warning("dropping the index an interrupted vector index conversion left")
+        raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX_NEXT}")
+
+
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
     """Build the search indexes that a load killed between its drop and its build left
     missing (as noted in the comment of ``chunks``) or that a failed build left invalid,
@@ -287,29 +308,32 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
     with translate_errors("ensure indexes"), engine.connect() as sa_conn:
         raw = driver_of(sa_conn)
         noted = pending_builds(raw)
-        invalid = [n for n, (_, valid) in _states(raw, DEFERRABLE).items() if not valid]
+        invalid = [n for n, (_, valid) in index_states(raw, DEFERRABLE).items() if not valid]
         deferred = raw.execute("SELECT EXISTS (SELECT 1 FROM posting_deferred)").fetchone()[0]
+        converting = bool(index_states(raw, [VECTOR_INDEX_NEXT]))
         raw.rollback()
-    if not noted and not invalid and not deferred:
+    if not noted and not invalid and not deferred and not converting:
         return []
     built: list[str] = []
-    with _ddl_session(engine, "ensure indexes") as raw:
+    with ddl_session(engine, "ensure indexes") as raw:
         if raw is None:
-            return []  # a load in progress builds them at its end
+            return []  # a load (or a conversion) in progress builds them at its end
+        if converting:
+            finish_conversion(raw)
         if deferred:  # a killed initial load's chunks, still without postings
             log.warning("cutting the posting blocks a killed load deferred")
             build_deferred_postings(raw)
-        states = _states(raw, DEFERRABLE)
+        states = index_states(raw, DEFERRABLE)
         todo = {n: d for n, (d, valid) in states.items() if not valid}
         todo.update({n: d for n, d in pending_builds(raw).items() if n not in states})
         rows = _count(raw)
         for name, definition in todo.items():
             raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
             log.warning("building the missing index %s over %d chunks", name, rows)
-            _build(raw, name, definition, rows, dimension)
+            build_index(raw, name, definition, rows, dimension)
             built.append(name)
         noted = pending_builds(raw)
-        now = _states(raw, list(noted))
+        now = index_states(raw, list(noted))
         if len(now) == len(noted) and all(valid for _, valid in now.values()):
             _note(raw, None)
     return built

@@ -38,6 +38,7 @@ from context_search.postgres.engine.drivers import autocommit_session, driver_of
 from context_search.postgres.engine.errors import translate_errors
 from context_search.postgres.engine.migrations import head_revision, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
+from context_search.postgres.indexes.quantization import match_vector_index
 from context_search.postgres.operations.config import activate_config
 from context_search.postgres.operations.partitions import partition_index, scope_partitions
 from context_search.postgres.operations.swap import (
@@ -312,6 +313,7 @@ def _prepare_shadow(
     fresh = not _exists(raw, shadow)
     if fresh:
         migrate(next_engine, schema=shadow, dimension=embedder.dimension)
+        match_vector_index(raw, next_engine)
         with raw.transaction():
             copy_rows(raw, (build.schema, "index_configs"), (shadow, "index_configs"))
             raw.execute(

@@ -115,6 +115,12 @@ class SearchStatements:
     #: ``chunks`` is partitioned by scope (``postgres/operations/partitions.py``):
     #: every search is planned for its scopes, so only the caller's partitions are read.
     partitioned: bool = False
+    #: The vectors' width, and how many times its chunk pool the vector arm takes from a
+    #: graph of bits to re-rank by exact distance (``postgres/indexes/quantization.py``):
+    #: at 2x, the top 10 of 100k chunks agreed with an exact scan as often as the
+    #: ``halfvec`` graph's did (BENCHMARKS.md#quantization).
+    dimension: int = 384
+    binary_rerank: int = 2
 
     def chunk_pool(self) -> int:
         """Chunks the vector arm reads: twice the pool is enough to fill the pool with
@@ -139,6 +145,8 @@ class SearchStatements:
             per_term_floor=min(self.per_term, 100),
             lexical_budget=4 * self.per_term,
             partitioned=self.partitioned,
+            dimension=self.dimension,
+            binary_candidates=self.chunk_pool() * self.binary_rerank,
         )
 
     def tuning(self, vq: ValidQuery) -> dict[str, str]:

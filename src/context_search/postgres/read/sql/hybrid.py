@@ -32,17 +32,8 @@ from sqlalchemy.types import Text
 
 from context_search.fusion import FusionSettings
 from context_search.postgres.engine.postings import BLOCK_SIZE
+from context_search.postgres.read.sql import vector
 from context_search.postgres.read.sql.evidence import evidence_query
-from context_search.postgres.read.sql.vector import (
-    ELIGIBLE_COUNTED,
-    ELIGIBLE_PROBE,
-    EXACT_LIMIT,
-    EXACT_LIMIT_PARTITIONED,
-    IN_FILTERED_DOCS,
-    NEAREST,
-    PARTITIONS,
-    VECTOR,
-)
 
 __all__ = ["FusionSettings", "SearchLimits", "search_clause"]
 
@@ -398,6 +389,8 @@ class SearchLimits:
     per_term_floor: int  # never fewer per term, however many terms
     lexical_budget: int  # postings shared by the terms of a many-term query
     partitioned: bool = False  # chunks partitioned by scope: size the exact path by partition
+    dimension: int = 384  # the vectors' width (a graph of bits is over bit(dimension))
+    binary_candidates: int = 400  # a graph of bits' candidates, re-ranked by exact distance
 
 
 def _part(
@@ -424,7 +417,7 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
     chunk = sql.SQL(_CHUNK_BY_KEY)
     filtered = document_filter is not None
     doc_filter = sql.SQL(document_filter or "")
-    in_docs = sql.SQL(IN_FILTERED_DOCS).format(filter=doc_filter) if filtered else sql.SQL("")
+    in_docs = sql.SQL(vector.IN_FILTERED_DOCS if filtered else "").format(filter=doc_filter)
     ctes = [
         _part("q0", _Q0),
         _part("q", _Q),
@@ -445,19 +438,20 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
         _part("lexical", _LEXICAL, **consts),
         *(
             [
-                _part("partitions", PARTITIONS, True),
-                _part("exact_limit", EXACT_LIMIT_PARTITIONED, True, **consts),
+                _part("partitions", vector.PARTITIONS, True),
+                _part("exact_limit", vector.EXACT_LIMIT_PARTITIONED, True, **consts),
             ]
             if limits.partitioned
-            else [_part("exact_limit", EXACT_LIMIT, True, **consts)]
+            else [_part("exact_limit", vector.EXACT_LIMIT, True, **consts)]
         ),
         (
-            _part("eligible_probe", ELIGIBLE_PROBE, True, in_docs=in_docs, **consts)
+            _part("eligible_probe", vector.ELIGIBLE_PROBE, True, in_docs=in_docs, **consts)
             if filtered
-            else _part("eligible_probe", ELIGIBLE_COUNTED, True, **consts)
+            else _part("eligible_probe", vector.ELIGIBLE_COUNTED, True, **consts)
         ),
-        _part("nearest", NEAREST, True, in_docs=in_docs, **consts),
-        _part("vector", VECTOR, **consts),
+        _part("vector_graph", vector.VECTOR_GRAPH, True),
+        _part("nearest", vector.NEAREST, True, in_docs=in_docs, **consts),
+        _part("vector", vector.VECTOR, **consts),
         _part("mx", _MX),
         sql.SQL("evidence AS MATERIALIZED ({})").format(evidence_query(fusion.weighting)),
         _part("fused0", _FUSED0, fused=sql.SQL(_FUSED_SCORE[fusion.method]).format(**consts)),

@@ -5,7 +5,9 @@ Few eligible chunks are scored exactly; otherwise pgvector's HNSW index is walke
 iterative scan, so scope, lifecycle and document filters applied during the scan cannot
 leave the pool short. Where one approach gets cheaper than the other depends on how many
 chunks the walked graph holds, which for an index partitioned by scope is the caller's
-partitions, not the whole table.
+partitions, not the whole table. The graph is over ``halfvec`` or over bits
+(``postgres/indexes/quantization.py``); which one is read from the catalog by each search,
+and a graph of bits finds candidates that exact distances then order.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ __all__ = [
     "NEAREST",
     "PARTITIONS",
     "VECTOR",
+    "VECTOR_GRAPH",
 ]
 
 
@@ -96,10 +99,35 @@ NEAREST = """
     (SELECT c.doc_id, c.ordinal, c.embedding <=> CAST(:qvec AS halfvec) AS distance
      FROM chunks c
      WHERE :vector_used AND NOT (SELECT small FROM eligible_probe)
+       AND NOT (SELECT bits FROM vector_graph)
        AND c.permission_scope = ANY(CAST(:scopes AS text[]))
        AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){in_docs}
      ORDER BY c.embedding <=> CAST(:qvec AS halfvec)
      LIMIT {chunk_pool})
+    UNION ALL
+    -- A graph of bits: its nearest by Hamming distance, ordered again by exact distance.
+    (SELECT b.doc_id, b.ordinal, b.embedding <=> CAST(:qvec AS halfvec) AS distance
+     FROM (SELECT c.doc_id, c.ordinal, c.embedding
+           FROM chunks c
+           WHERE :vector_used AND NOT (SELECT small FROM eligible_probe)
+             AND (SELECT bits FROM vector_graph)
+             AND c.permission_scope = ANY(CAST(:scopes AS text[]))
+             AND c.lifecycle = ANY(CAST(:lifecycles AS text[])){in_docs}
+           ORDER BY CAST(binary_quantize(c.embedding) AS bit({dimension}))
+                    <~> binary_quantize(CAST(:qvec AS halfvec))
+           LIMIT {binary_candidates}) b
+     ORDER BY 3
+     LIMIT {chunk_pool})
+"""
+
+VECTOR_GRAPH = """
+    -- Whether the live vector graph is over bits (a valid HNSW index of chunks whose
+    -- operator class is Hamming distance on bit strings).
+    SELECT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_opclass o ON o.oid = i.indclass[0]
+        WHERE i.indrelid = CAST('chunks' AS regclass) AND i.indisvalid
+          AND o.opcname = 'bit_hamming_ops') AS bits
 """
 
 VECTOR = """
