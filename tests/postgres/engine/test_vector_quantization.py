@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
-from context_search.errors import InvalidConfigError
+from context_search.errors import InvalidConfigError, SchemaNotReadyError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.indexes.builds import VECTOR_INDEX, VECTOR_INDEX_NEXT
@@ -189,7 +189,9 @@ def test_a_switch_builds_the_next_configuration_over_bits_of_its_own_width(
         assert hits and {_SCOPE_OF[h.doc_id] for h in hits} == {"alpha"}
 
 
-@pytest.mark.parametrize("killed", ["before_the_drop", "after_the_drop"])
+@pytest.mark.parametrize(
+    "killed", ["before_the_drop", "after_the_drop", "in_the_drop", "in_the_build"]
+)
 def test_a_conversion_killed_midway_is_tidied_when_the_index_opens(
     context_search_dsn: str,
     context_search_schema: str,
@@ -197,12 +199,19 @@ def test_a_conversion_killed_midway_is_tidied_when_the_index_opens(
     exact: list[list[tuple[str, float]]],
     killed: str,
 ) -> None:
-    # What a conversion leaves when killed after its build: the new graph beside the old
-    # one, or (killed after the drop) the new graph alone under its temporary name.
+    # What a conversion leaves when killed: the new graph beside the old one (before the
+    # drop), alone under its temporary name (after it), beside an old graph its drop had
+    # already marked invalid (in it), or not validly built (in the build).
     with autocommit_session(store.engine, "test") as raw:
         raw.execute(vector_index_definition("binary", 384, VECTOR_INDEX_NEXT))
         if killed == "after_the_drop":
             raw.execute(f"DROP INDEX {VECTOR_INDEX}")
+        invalid = {"in_the_drop": VECTOR_INDEX, "in_the_build": VECTOR_INDEX_NEXT}.get(killed)
+        if invalid is not None:
+            raw.execute(
+                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(%s)",
+                (invalid,),
+            )
     with PostgresSearchConnector.open(
         context_search_dsn,
         schema=context_search_schema,
@@ -210,9 +219,40 @@ def test_a_conversion_killed_midway_is_tidied_when_the_index_opens(
         **_THROUGH_THE_GRAPH,
     ) as reopened:
         assert _definition(reopened, VECTOR_INDEX_NEXT) is None
-        expected = "binary" if killed == "after_the_drop" else "halfvec"
-        assert reopened.vector_index_kind() == expected
+        built = killed in ("after_the_drop", "in_the_drop")
+        assert reopened.vector_index_kind() == ("binary" if built else "halfvec")
         assert _answers(reopened) == exact
+
+
+def test_only_the_graph_decides_the_branch_not_any_index_over_bits(
+    store: PostgresSearchConnector, exact: list[list[tuple[str, float]]]
+) -> None:
+    # An index of the operator's own over the same bits is not the graph: searches keep
+    # walking the halfvec graph.
+    with autocommit_session(store.engine, "test") as raw:
+        raw.execute(vector_index_definition("binary", 384, "ix_operators_own_bits"))
+    plan = str(store.search_plan(_QUERIES[0], analyze=True))
+    walked = re.findall(
+        r"Index Scan using " + VECTOR_INDEX + r" .*rows=([\d.]+) loops=1\)\n\s+Order By: .*<=>",
+        plan,
+    )
+    assert walked and float(walked[0]) > 0, plan
+    assert store.vector_index_kind() == "halfvec"
+    assert _answers(store) == exact
+
+
+def test_a_conversion_waits_for_a_configuration_switch_to_finish(
+    store: PostgresSearchConnector,
+) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE index_configs SET building_since = now() WHERE active"))
+    with pytest.raises(SchemaNotReadyError) as refused:
+        store.convert_vector_index("binary")
+    assert "building" in refused.value.details
+    assert store.vector_index_kind() == "halfvec"
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE index_configs SET building_since = NULL"))
+    assert store.convert_vector_index("binary").after == "binary"
 
 
 def test_a_partitioned_index_converts_in_one_transaction(
@@ -232,6 +272,11 @@ def test_a_partitioned_index_converts_in_one_transaction(
         ).all()
     assert kinds == [(True,)]  # every partition's graph
     assert _answers(store) == exact
+    plan = str(store.search_plan(_QUERIES[0], analyze=True))
+    walked = re.findall(
+        r"Index Scan using \w+ on chunks\w* .*rows=([\d.]+) loops=1\)\n\s+Order By: .*<~>", plan
+    )
+    assert walked and float(walked[0]) > 0, plan
 
 
 def test_unknown_kinds_and_rerank_depths_are_refused(

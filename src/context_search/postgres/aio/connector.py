@@ -426,11 +426,11 @@ class AsyncPostgresSearchConnector:
         """Give scopes partitions of their own (``PostgresSearchConnector.partition_scopes``)."""
         return await self._run(self._core.partition_scopes, scopes)
 
-    async def convert_vector_index(
-        self, kind: VectorIndexKind, *, progress: Callable[[int, int], None] | None = None
-    ) -> VectorIndexReport:
-        """Rebuild the vector graph as ``kind`` (see the sync ``convert_vector_index``)."""
-        return await self._run(self._core.convert_vector_index, kind, progress=progress)
+    async def convert_vector_index(self, kind: VectorIndexKind) -> VectorIndexReport:
+        """Rebuild the vector graph as ``kind`` (see the sync ``convert_vector_index``; its
+        progress is followed from a thread of its own, so only the sync connector and the
+        CLI report it)."""
+        return await self._run(self._core.convert_vector_index, kind)
 
     async def report_gap(self, report: GapReport) -> GapReceipt:
         """Record a gap (``PostgresSearchConnector.report_gap``)."""

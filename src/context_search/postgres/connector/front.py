@@ -242,7 +242,11 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             raise InvalidConfigError(
                 "pool_size must be between 1 and 1000", details={"field": "pool_size"}
             )
-        if not isinstance(binary_rerank, int) or not 1 <= binary_rerank <= 5:
+        if (
+            isinstance(binary_rerank, bool)
+            or not isinstance(binary_rerank, int)
+            or not (1 <= binary_rerank <= 5)
+        ):
             raise InvalidConfigError(
                 "binary_rerank must be between 1 and 5", details={"field": "binary_rerank"}
             )

@@ -289,16 +289,21 @@ def build_deferred_postings(raw: Any, *, tries: int = 4) -> int:
 
 
 def finish_conversion(raw: Any) -> None:
-    """What a vector index conversion killed midway left: its new index takes the live
-    name if the old one was already dropped, and is dropped otherwise (the conversion is
-    finished by asking for it again)."""
+    """What a vector index conversion killed midway left: its new graph, once built, takes
+    the live name when the old graph is gone or was left invalid by its drop; a new graph
+    not (validly) built is dropped, and the conversion is finished by asking for it again."""
     states = index_states(raw, [VECTOR_INDEX, VECTOR_INDEX_NEXT])
-    if VECTOR_INDEX not in states and states[VECTOR_INDEX_NEXT][1]:
+    old, new = states.get(VECTOR_INDEX), states.get(VECTOR_INDEX_NEXT)
+    if new is None:
+        return
+    concurrently = "" if tables_partitioned(raw) else "CONCURRENTLY "
+    if new[1] and (old is None or not old[1]):
         log.warning("finishing an interrupted vector index conversion")
+        raw.execute(f"DROP INDEX {concurrently}IF EXISTS {VECTOR_INDEX}")
         raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
     else:
-        log.warning("dropping the index an interrupted vector index conversion left")
-        raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX_NEXT}")
+        log.warning("dropping the graph an interrupted vector index conversion left")
+        raw.execute(f"DROP INDEX {concurrently}IF EXISTS {VECTOR_INDEX_NEXT}")
 
 
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:

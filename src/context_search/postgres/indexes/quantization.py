@@ -25,6 +25,7 @@ next configuration's graph of the same kind.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,11 +33,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from psycopg.errors import LockNotAvailable
 from sqlalchemy import Engine
 
 from context_search.errors import InvalidConfigError, SchemaNotReadyError
-from context_search.postgres.engine.drivers import autocommit_session
+from context_search.postgres.engine.drivers import autocommit_session, lock_key
 from context_search.postgres.engine.errors import translate_errors
+from context_search.postgres.engine.pause import pause
 from context_search.postgres.indexes.builds import (
     VECTOR_INDEX,
     VECTOR_INDEX_NEXT,
@@ -48,6 +51,7 @@ from context_search.postgres.indexes.builds import (
     pending_builds,
     tables_partitioned,
 )
+from context_search.postgres.write.gate import GATE
 
 __all__ = [
     "VECTOR_KINDS",
@@ -93,12 +97,13 @@ def vector_index_definition(kind: VectorIndexKind, dimension: int, name: str = V
 
 
 def vector_index_kind(raw: Any) -> VectorIndexKind | None:
-    """The kind of the index's live vector graph (``None``: none is built, e.g. during a
-    large load), on a psycopg connection whose search_path starts at the index schema."""
-    states = index_states(raw, [VECTOR_INDEX])
-    if VECTOR_INDEX not in states:
+    """The kind of the index's live vector graph (``None``: none is built and valid, e.g.
+    during a large load), on a psycopg connection whose search_path starts at the index
+    schema."""
+    state = index_states(raw, [VECTOR_INDEX]).get(VECTOR_INDEX)
+    if state is None or not state[1]:
         return None
-    return "binary" if "bit_hamming_ops" in states[VECTOR_INDEX][0] else "halfvec"
+    return "binary" if "bit_hamming_ops" in state[0] else "halfvec"
 
 
 def _dimension(raw: Any) -> int:
@@ -135,11 +140,19 @@ def convert_vector_index(
     with translate_errors("convert vector index"), ddl_session(engine, "convert") as raw:
         if raw is None or pending_builds(raw):
             raise SchemaNotReadyError(
-                "a bulk load is building this index's search indexes; let it finish (or "
-                "open the connector, which builds them) before converting",
+                "a load, another conversion or a partitioning holds this index's search "
+                "indexes; convert after it (opening the connector builds what a killed "
+                "load left)",
                 details={"indexes": sorted(pending_builds(raw)) if raw is not None else []},
             )
-        raw.execute("SET statement_timeout = 0")
+        building = raw.execute(
+            "SELECT config_id FROM index_configs WHERE building_since IS NOT NULL"
+        ).fetchone()
+        if building is not None:
+            raise SchemaNotReadyError(
+                "a configuration switch is building this index anew; convert after it",
+                details={"building": str(building[0])},
+            )
         try:
             return _convert(engine, raw, kind, progress)
         finally:
@@ -149,6 +162,7 @@ def convert_vector_index(
 def _convert(
     engine: Engine, raw: Any, kind: VectorIndexKind, progress: ProgressFn | None
 ) -> VectorIndexReport:
+    raw.execute("SET statement_timeout = 0")
     if index_states(raw, [VECTOR_INDEX_NEXT]):
         finish_conversion(raw)  # an earlier conversion killed midway
     live = vector_index_kind(raw)
@@ -156,39 +170,77 @@ def _convert(
     bytes_before = _graph_bytes(raw, VECTOR_INDEX)
     if live == kind:
         return VectorIndexReport(kind, kind, chunks, bytes_before, bytes_before, 0.0)
-    before = live
     dimension = _dimension(raw)
     definition = vector_index_definition(kind, dimension, VECTOR_INDEX_NEXT)
+    partitioned = tables_partitioned(raw)
     started = time.monotonic()
     with _progress(engine, raw, progress):
-        if tables_partitioned(raw):
-            _convert_partitioned(raw, definition, chunks, dimension)
+        if partitioned:
+            _build_partitioned(raw, definition, chunks, dimension)
         else:
-            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX_NEXT}")
             build_index(raw, VECTOR_INDEX_NEXT, definition, chunks, dimension)
-            if not index_states(raw, [VECTOR_INDEX_NEXT]):
-                raise SchemaNotReadyError(
-                    "the new vector index could not be built; the old one is kept",
-                    details={"kind": kind},
-                )
-            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX}")
-            raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
+            raw.execute("SET statement_timeout = 0")  # build_index reset it
+    if not index_states(raw, [VECTOR_INDEX_NEXT]):
+        raise SchemaNotReadyError(
+            "the new vector index could not be built; the old one is kept",
+            details={"kind": kind},
+        )
+    _hand_over(raw, partitioned)
     seconds = time.monotonic() - started
     return VectorIndexReport(
-        before, kind, chunks, bytes_before, _graph_bytes(raw, VECTOR_INDEX), seconds
+        live, kind, chunks, bytes_before, _graph_bytes(raw, VECTOR_INDEX), seconds
     )
 
 
-def _convert_partitioned(raw: Any, definition: str, chunks: int, dimension: int) -> None:
-    """One transaction: the new graph on every partition, the old one dropped, the name
-    handed over. Writes wait for the build (``CREATE INDEX`` on a partitioned table)."""
+def _build_partitioned(raw: Any, definition: str, chunks: int, dimension: int) -> None:
+    """The new graph on every partition, in one transaction behind the write gate:
+    ``CREATE INDEX`` on a partitioned table holds writes back for the build, so writers wait
+    at the gate rather than holding a document's row lock while they wait for the table."""
     mem_mb, workers = build_settings(chunks, dimension)
     with raw.transaction():
+        raw.execute("SELECT pg_advisory_xact_lock(%s)", (_gate(raw),))
         raw.execute(f"SET LOCAL maintenance_work_mem = '{mem_mb}MB'")
         raw.execute(f"SET LOCAL max_parallel_maintenance_workers = {workers}")
         raw.execute(definition)
-        raw.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
-        raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
+
+
+def _gate(raw: Any) -> int:
+    schema = raw.execute("SELECT current_schema()").fetchone()[0]
+    return lock_key(raw, str(schema), GATE)
+
+
+def _hand_over(raw: Any, partitioned: bool, *, wait_s: float = 2.0, attempts: int = 10) -> None:
+    """Drop the old graph and give the new one its name, behind the write gate.
+
+    The gate orders this after a configuration switch's swap, which holds it: if a switch
+    replaced the tables meanwhile, the new graph went with the old schema and nothing here
+    may touch the new one. On a partitioned table the drop locks ``chunks`` outright, so
+    its wait is bounded (searches arriving meanwhile queue behind it) and tried again."""
+    gate = _gate(raw)
+    raw.execute("SELECT pg_advisory_lock(%s)", (gate,))
+    try:
+        if VECTOR_INDEX_NEXT not in index_states(raw, [VECTOR_INDEX_NEXT]):
+            raise SchemaNotReadyError(
+                "a configuration switch replaced the index during the conversion; convert again",
+                details={"reason": "switched"},
+            )
+        if not partitioned:
+            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX}")
+            raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
+            return
+        for attempt in range(attempts):
+            try:
+                with raw.transaction():
+                    raw.execute(f"SET LOCAL lock_timeout = '{round(wait_s * 1000)}ms'")
+                    raw.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
+                    raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
+                return
+            except LockNotAvailable:
+                if attempt == attempts - 1:
+                    raise
+                pause(0.5 * random.uniform(0.5, 1.5))  # the queued searches run
+    finally:
+        raw.execute("SELECT pg_advisory_unlock(%s)", (gate,))
 
 
 @contextmanager
@@ -222,14 +274,16 @@ def _progress(engine: Engine, builder: Any, progress: ProgressFn | None) -> Iter
 
 
 def match_vector_index(raw: Any, next_engine: Engine) -> None:
-    """Give a sibling schema being built (a configuration switch, still empty) the live
-    index's kind of vector graph, at its own dimension."""
+    """Give a sibling schema being built (a configuration switch) the live index's kind of
+    vector graph, at its own dimension: when it is created (empty, so at no cost) and again
+    before the swap (a conversion that ran meanwhile; the build then holds the gate)."""
     kind = vector_index_kind(raw)
-    if kind != "binary":
+    if kind is None:
         return
     with autocommit_session(next_engine, "switch configuration") as shadow:
         if vector_index_kind(shadow) == kind:
             return
         with shadow.transaction():
+            shadow.execute("SET LOCAL statement_timeout = 0")
             shadow.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
             shadow.execute(vector_index_definition(kind, _dimension(shadow)))

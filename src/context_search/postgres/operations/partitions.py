@@ -62,7 +62,9 @@ from context_search.postgres.engine.errors import translate_errors
 from context_search.postgres.engine.pause import pause
 from context_search.postgres.indexes.builds import (
     IS_PARTITIONED,
+    VECTOR_INDEX_NEXT,
     build_settings,
+    index_states,
     load_lock_key,
     pending_builds,
     tables_partitioned,
@@ -242,6 +244,8 @@ def _refuse_pending_builds(raw: Any) -> None:
     """A load that dropped search indexes to build them afterwards notes them in the comment
     of ``chunks``; converting would lose the note, so the indexes must exist first."""
     pending = pending_builds(raw)
+    if index_states(raw, [VECTOR_INDEX_NEXT]):  # a vector graph conversion killed midway
+        pending[VECTOR_INDEX_NEXT] = "conversion"
     if pending:
         raise SchemaNotReadyError(
             "a bulk load has search indexes still to build; let it finish (or open the "

@@ -220,6 +220,7 @@ def switch_configuration(
                     _carry_over(next_engine, build, settings.revision, changed)
                     _index(next_engine, worker, settings, progress)
                     _same_partitions(raw, next_engine)  # scopes partitioned meanwhile
+                    match_vector_index(raw, next_engine)  # a graph converted meanwhile
                     documents = swap_schemas(raw, schema, shadow, retired)
                 finally:
                     raw.execute("SELECT pg_advisory_unlock(%s)", (gate,))

@@ -121,13 +121,17 @@ NEAREST = """
 """
 
 VECTOR_GRAPH = """
-    -- Whether the live vector graph is over bits (a valid HNSW index of chunks whose
-    -- operator class is Hamming distance on bit strings).
+    -- Whether the live vector graph is over bits: a valid HNSW index of chunks, under the
+    -- graph's name or the one a conversion builds it under, whose operator class is
+    -- Hamming distance on bit strings (postgres/indexes/quantization.py).
     SELECT EXISTS (
         SELECT 1 FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class x ON x.oid = i.indexrelid
+        JOIN pg_catalog.pg_am a ON a.oid = x.relam
         JOIN pg_catalog.pg_opclass o ON o.oid = i.indclass[0]
         WHERE i.indrelid = CAST('chunks' AS regclass) AND i.indisvalid
-          AND o.opcname = 'bit_hamming_ops') AS bits
+          AND x.relname IN ('ix_chunks_embedding_hnsw', 'ix_chunks_embedding_next')
+          AND a.amname = 'hnsw' AND o.opcname = 'bit_hamming_ops') AS bits
 """
 
 VECTOR = """
