@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from benchmarks.reliability.conversions import fault_sigkill_converter
 from benchmarks.reliability.faults import (
     FaultTally,
     fault_kill_job,
@@ -56,6 +57,9 @@ def run_faults(
             dsn, schema, ledger, rounds, rng, ids
         ),
         **merge_kinds(dsn, schema, ledger, rounds, rng, ids),
+        "conversion_sigkilled": lambda: fault_sigkill_converter(
+            dsn, schema, ledger, rounds, rng, ids
+        ),
     }
     if data_dir is not None:
         kinds["server_restart"] = lambda: fault_restart(

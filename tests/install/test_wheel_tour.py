@@ -41,7 +41,7 @@ def readme_tour_commands() -> set[str]:
     """The sub-commands the README's CLI tour shows."""
     section = README.read_text(encoding="utf-8").split("## CLI tour", 1)[1].split("\n## ", 1)[0]
     block = section.split("```bash", 1)[1].split("```", 1)[0]
-    return set(re.findall(r"^context-search (\w+)", block, flags=re.MULTILINE))
+    return set(re.findall(r"^context-search ([\w-]+)", block, flags=re.MULTILINE))
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ def test_faults_are_survived(context_search_dsn: str, context_search_schema: str
         "merge_sigkilled",
         "merge_races_writes",
         "merge_races_switch",
+        "conversion_sigkilled",
     }
     _assert_survived(result)
 

@@ -19,21 +19,8 @@ from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.indexes.builds import VECTOR_INDEX, VECTOR_INDEX_NEXT
 from context_search.postgres.indexes.quantization import vector_index_definition
 from tests.postgres import test_conformance_postgres
+from tests.postgres.operations.test_partitions import _WORDS
 
-_WORDS = [
-    "glacier",
-    "river",
-    "moraine",
-    "ice",
-    "sheet",
-    "basin",
-    "delta",
-    "fjord",
-    "valley",
-    "snow",
-    "cirque",
-    "esker",
-]
 _SCOPES = ("alpha", "beta")
 #: Force the graph: no exact path however few chunks are eligible, and the planner kept
 #: off the scans that would sort a table this small instead of walking its index.

@@ -36,9 +36,10 @@ from context_search.postgres.connector.opening import index_not_found
 from context_search.postgres.engine.migrations import current_revision, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
 from context_search.postgres.engine.server import resolve_server
-from context_search.postgres.indexes.quantization import VECTOR_KINDS, convert_vector_index
+from context_search.postgres.indexes.quantization import VECTOR_KINDS
 from context_search.postgres.operations.admin import drop_index
 from context_search.postgres.operations.partitions import partition_index
+from context_search.postgres.operations.vector_graph import convert_vector_index
 from context_search.postgres.settings import validate_schema
 
 

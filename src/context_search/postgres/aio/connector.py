@@ -65,8 +65,9 @@ from context_search.postgres.connector.caller import AsyncCallerConnection, run_
 from context_search.postgres.connector.front import PostgresSearchConnector
 from context_search.postgres.connector.opening import replica_targets
 from context_search.postgres.engine.server import resolve_server
-from context_search.postgres.indexes.quantization import VectorIndexKind, VectorIndexReport
+from context_search.postgres.indexes.quantization import VectorIndexKind
 from context_search.postgres.indexes.statistics import refresh_statistics
+from context_search.postgres.operations.vector_graph import VectorIndexReport
 from context_search.postgres.settings import (
     DEFAULT_SCHEMA,
     ConnectionSettings,

@@ -27,14 +27,13 @@ from context_search.embedding import GuardedEmbedder
 from context_search.errors import UnauthorizedError
 from context_search.postgres.connector.caller import CallerConnection, joined
 from context_search.postgres.engine.drivers import autocommit_session
-from context_search.postgres.indexes.quantization import (
-    VectorIndexKind,
-    VectorIndexReport,
-    convert_vector_index,
-    vector_index_kind,
-)
+from context_search.postgres.indexes.quantization import VectorIndexKind, vector_index_kind
 from context_search.postgres.indexes.statistics import refresh_statistics
 from context_search.postgres.operations.partitions import partition_index
+from context_search.postgres.operations.vector_graph import (
+    VectorIndexReport,
+    convert_vector_index,
+)
 from context_search.postgres.read.statement import SearchStatements
 from context_search.postgres.replicas.routed import CommitTokens
 from context_search.postgres.settings import IndexSettings

@@ -67,7 +67,7 @@ DEFER_RATIO = 0.25
 #: catalog before the drop and kept in the comment of ``chunks`` until they are built again,
 #: so a process killed in between leaves a note of exactly what to rebuild.
 VECTOR_INDEX = "ix_chunks_embedding_hnsw"
-#: The vector index a conversion to another kind (``indexes/quantization.py``) builds beside
+#: The vector index a conversion to another kind (``operations/vector_graph.py``) builds beside
 #: the live one before it takes its name.
 VECTOR_INDEX_NEXT = "ix_chunks_embedding_next"
 LEXICAL_INDEXES = ("ix_posting_blocks_group",)

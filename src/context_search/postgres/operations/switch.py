@@ -38,7 +38,6 @@ from context_search.postgres.engine.drivers import autocommit_session, driver_of
 from context_search.postgres.engine.errors import translate_errors
 from context_search.postgres.engine.migrations import head_revision, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
-from context_search.postgres.indexes.quantization import match_vector_index
 from context_search.postgres.operations.config import activate_config
 from context_search.postgres.operations.partitions import partition_index, scope_partitions
 from context_search.postgres.operations.swap import (
@@ -48,6 +47,7 @@ from context_search.postgres.operations.swap import (
     drop_retired,
     swap_schemas,
 )
+from context_search.postgres.operations.vector_graph import match_vector_index
 from context_search.postgres.settings import ConnectionSettings, IndexSettings
 from context_search.postgres.write.batch import DELETE_CHUNKS, ENQUEUE_INDEX, STATS_DELTA
 from context_search.postgres.write.gate import GATE, LOCK_DOCS, lock_key

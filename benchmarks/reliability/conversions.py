@@ -1,0 +1,190 @@
+"""A fault on the vector graph's conversion path: the converting process and its session
+killed mid-build while writers write.
+
+``convert_vector_index`` builds the new graph beside the live one with ``CREATE INDEX
+CONCURRENTLY``, then drops the old one and renames the new (``postgres/indexes/
+quantization.py``). Killing the client alone would let the server finish the statement in
+flight, so the kind kills both: the process (SIGKILL) and its backend
+(``pg_terminate_backend``), as an operator or the OOM killer would. Whatever it left (a
+half-built graph, both graphs, the new one under its temporary name), the next writable
+open must leave exactly one valid graph of either kind, every document written during the
+build must be in it (each found by its own vector through the graph alone), and asking
+again must finish the conversion.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+
+import psycopg
+from sqlalchemy import text
+
+from benchmarks.reliability.faults import FaultTally
+from benchmarks.reliability.ledger import DocIds, Ledger, connect, new_docs, verify
+from benchmarks.reliability.outages import child
+from context_search import ContextDocumentRecord
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.indexes.builds import VECTOR_INDEX, VECTOR_INDEX_NEXT
+from context_search.postgres.indexes.quantization import VECTOR_KINDS
+
+CONVERTER = "cs-fault-converter"
+
+_KILLED_CONVERTER = textwrap.dedent(
+    f"""
+    import sys
+    from context_search import HashingEmbedder
+    from context_search.postgres import PostgresSearchConnector
+    from context_search.postgres.settings import ConnectionSettings
+
+    store = PostgresSearchConnector.open(
+        sys.argv[1], embedder=HashingEmbedder(), schema=sys.argv[2],
+        connection=ConnectionSettings(application_name="{CONVERTER}"),
+    )
+    print("converting", flush=True)
+    store.convert_vector_index(sys.argv[3])
+    print("converted", flush=True)
+    """
+)
+
+
+def _kill_mid_build(proc: subprocess.Popen[bytes], dsn: str, delay_s: float) -> bool:
+    """Once the converter's backend is building (``pg_stat_progress_create_index``), wait
+    ``delay_s``, then SIGKILL the process and terminate its backend; whether both happened
+    while the build was still running."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT a.pid FROM pg_stat_activity a JOIN pg_stat_progress_create_index p "
+                "ON p.pid = a.pid WHERE a.application_name = %s",
+                (CONVERTER,),
+            ).fetchone()
+            if row is not None:
+                time.sleep(delay_s)
+                proc.send_signal(signal.SIGKILL)
+                ended = conn.execute("SELECT pg_terminate_backend(%s)", (row[0],)).fetchone()
+                return bool(ended and ended[0])
+            time.sleep(0.0005)
+    return False
+
+
+def _graphs(store: PostgresSearchConnector) -> list[tuple[str, bool]]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT c.relname, i.indisvalid FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE i.indrelid = CAST('chunks' AS regclass) AND c.relname = ANY(:names)"
+            ),
+            {"names": [VECTOR_INDEX, VECTOR_INDEX_NEXT]},
+        ).all()
+    return sorted((str(r[0]), bool(r[1])) for r in rows)
+
+
+def _in_the_graph(store: PostgresSearchConnector, docs: list[str]) -> list[str]:
+    """Problems where a document is not found by its own vector through the graph alone
+    (the planner kept off every other path)."""
+    kind = store.vector_index_kind()
+    order = (
+        f"CAST(binary_quantize(c.embedding) AS bit({store.index_settings.dimension})) <~> "
+        "binary_quantize(CAST(:v AS halfvec))"
+        if kind == "binary"
+        else "c.embedding <=> CAST(:v AS halfvec)"
+    )
+    problems: list[str] = []
+    with store.engine.connect() as conn:
+        conn.execute(text("SET LOCAL enable_seqscan = off"))
+        conn.execute(text("SET LOCAL enable_sort = off"))
+        conn.execute(text("SET LOCAL hnsw.ef_search = 100"))
+        for doc_id in docs:
+            vector = conn.execute(
+                text(
+                    "SELECT CAST(embedding AS text) FROM chunks WHERE doc_id = :d "
+                    "ORDER BY ordinal LIMIT 1"
+                ),
+                {"d": doc_id},
+            ).scalar_one()
+            found = conn.execute(
+                text(f"SELECT c.doc_id FROM chunks c ORDER BY {order} LIMIT 10"),
+                {"v": vector},
+            ).scalars()
+            if doc_id not in set(found):
+                problems.append(f"{doc_id}: not in the {kind} graph after the conversion fault")
+    return problems
+
+
+class _Writer:
+    """Writes (and acknowledges) a document every few milliseconds until stopped."""
+
+    def __init__(self, store: PostgresSearchConnector, ledger: Ledger, ids: DocIds, seed: float):
+        self.store, self.ledger, self.ids = store, ledger, ids
+        self.rng = random.Random(seed)
+        self.written: list[ContextDocumentRecord] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="conversion-writer", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            recs = new_docs(self.ids, self.rng, 2)
+            t0 = time.monotonic()
+            try:
+                self.store.upsert(recs)
+            except Exception as exc:  # every error fails the round
+                self.errors.append(f"writer: {exc!r}")
+                return
+            self.ledger.ack_all(recs, t0)
+            self.written += recs
+            self.stop.wait(0.005)
+
+
+def fault_sigkill_converter(
+    dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
+) -> FaultTally:
+    """Kill a conversion of the vector graph mid-build, under a writer; the next open
+    leaves one valid graph holding every write, and asking again finishes the work."""
+    tally = FaultTally()
+    for _ in range(rounds):
+        tally.rounds += 1
+        with connect(dsn, schema, "cs-fault-convert-survivor") as store:
+            before = store.vector_index_kind() or "halfvec"
+            target = next(k for k in VECTOR_KINDS if k != before)
+            writer = _Writer(store, ledger, ids, rng.random())
+            writer.thread.start()
+            try:
+                with child(_KILLED_CONVERTER, dsn, schema, target) as (proc, line):
+                    # Mostly early in the build; sometimes late enough to meet the drop.
+                    delay = rng.uniform(0, 0.01) if rng.random() < 0.7 else rng.uniform(0, 0.3)
+                    killed = line == "converting" and _kill_mid_build(proc, dsn, delay)
+            except subprocess.TimeoutExpired:
+                tally.wrong.append("the converter neither finished nor died within 30 s")
+                continue
+            finally:
+                writer.stop.set()
+                writer.thread.join(timeout=30)
+            tally.wrong += writer.errors
+        # A writable open tidies what the dead conversion left.
+        with connect(dsn, schema, "cs-fault-convert-survivor") as store:
+            graphs = _graphs(store)
+            after = store.vector_index_kind()
+            if graphs != [(VECTOR_INDEX, True)] or after not in VECTOR_KINDS:
+                tally.wrong.append(f"after the kill and an open: graphs {graphs}, kind {after}")
+                continue
+            if killed and after == before:
+                tally.injected += 1
+                tally.typed_errors += 1  # the fault is a dead process, not an error
+            else:
+                tally.succeeded += 1  # the conversion was done before the kill landed
+            docs = [r.document_id for r in writer.written]
+            tally.wrong += _in_the_graph(store, docs)
+            tally.wrong += verify(store, ledger, rng.sample(docs, min(8, len(docs))))
+            report = store.convert_vector_index(target)
+            if store.vector_index_kind() != target or report.after != target:
+                tally.wrong.append(f"converting again left {store.vector_index_kind()}")
+            tally.wrong += _in_the_graph(store, docs)
+    return tally
