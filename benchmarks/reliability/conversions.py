@@ -15,7 +15,6 @@ a writer again, must finish the conversion with every write in the new graph.
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import textwrap
 import threading
@@ -26,7 +25,7 @@ from sqlalchemy import text
 
 from benchmarks.reliability.faults import FaultTally
 from benchmarks.reliability.ledger import DocIds, Ledger, connect, new_docs, verify
-from benchmarks.reliability.outages import child
+from benchmarks.reliability.outages import child, kill_when_seen
 from context_search import ContextDocumentRecord
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.indexes.builds import VECTOR_INDEX, VECTOR_INDEX_NEXT
@@ -56,21 +55,16 @@ def _kill_mid_build(proc: subprocess.Popen[bytes], dsn: str, delay_s: float) -> 
     """Once the converter's backend is building (``pg_stat_progress_create_index``), wait
     ``delay_s``, then SIGKILL the process and terminate its backend; whether both happened
     while the build was still running."""
+    probe = (
+        "SELECT a.pid FROM pg_stat_activity a JOIN pg_stat_progress_create_index p "
+        "ON p.pid = a.pid WHERE a.application_name = %s"
+    )
+    pid = kill_when_seen(proc, dsn, probe, CONVERTER, delay_s)
+    if pid is None:
+        return False
     with psycopg.connect(dsn, autocommit=True) as conn:
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT a.pid FROM pg_stat_activity a JOIN pg_stat_progress_create_index p "
-                "ON p.pid = a.pid WHERE a.application_name = %s",
-                (CONVERTER,),
-            ).fetchone()
-            if row is not None:
-                time.sleep(delay_s)
-                proc.send_signal(signal.SIGKILL)
-                ended = conn.execute("SELECT pg_terminate_backend(%s)", (row[0],)).fetchone()
-                return bool(ended and ended[0])
-            time.sleep(0.0005)
-    return False
+        ended = conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()
+    return bool(ended and ended[0])
 
 
 def _graphs(store: PostgresSearchConnector) -> list[tuple[str, bool]]:

@@ -44,7 +44,7 @@ from benchmarks.reliability.ledger import (
     record,
     verify,
 )
-from benchmarks.reliability.outages import child
+from benchmarks.reliability.outages import child, kill_when_seen
 from context_search import HashingEmbedder
 from context_search.errors import RetrieverUnconfiguredError
 from context_search.postgres import PostgresSearchConnector
@@ -140,22 +140,11 @@ _KILLED_MERGER = textwrap.dedent(
 def _kill_inside_a_round(proc: subprocess.Popen[bytes], dsn: str, delay_s: float) -> bool:
     """SIGKILL ``proc`` once its merge backend is inside a round's statement (after
     ``delay_s``); whether it was killed there, not after its last round."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
-                "AND xact_start IS NOT NULL AND state = 'active'",
-                (MERGER,),
-            ).fetchone()
-            if row is not None:
-                time.sleep(delay_s)
-                if proc.poll() is not None:
-                    return False
-                proc.send_signal(signal.SIGKILL)
-                return True
-            time.sleep(0.0005)
-    return False
+    probe = (
+        "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+        "AND xact_start IS NOT NULL AND state = 'active'"
+    )
+    return kill_when_seen(proc, dsn, probe, MERGER, delay_s) is not None
 
 
 def fault_sigkill_merger(

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import psycopg
 
 from benchmarks.reliability.faults import FaultTally, search_outcome
 from benchmarks.reliability.ledger import (
@@ -223,6 +224,26 @@ def child(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], st
             proc.wait(timeout=30)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def kill_when_seen(
+    proc: subprocess.Popen[bytes], dsn: str, probe: str, app: str, delay_s: float
+) -> int | None:
+    """SIGKILL ``proc`` ``delay_s`` after ``probe`` (a query of one ``%s``, the child's
+    application name) first returns a row; that row's first value, or None when the child
+    ended first or the row never came within 30 s."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            row = conn.execute(probe, (app,)).fetchone()
+            if row is not None:
+                time.sleep(delay_s)
+                if proc.poll() is not None:
+                    return None
+                proc.send_signal(signal.SIGKILL)
+                return int(row[0])
+            time.sleep(0.0005)
+    return None
 
 
 def fault_sigkill_worker(
