@@ -18,6 +18,8 @@ from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.indexes.builds import VECTOR_INDEX, VECTOR_INDEX_NEXT
 from context_search.postgres.indexes.quantization import vector_index_definition
+from context_search.postgres.operations.vector_graph import match_vector_index
+from context_search.testing import temporary_schema
 from tests.postgres import test_conformance_postgres
 from tests.postgres.operations.test_partitions import _WORDS
 
@@ -226,6 +228,30 @@ def test_only_the_graph_decides_the_branch_not_any_index_over_bits(
     assert walked and float(walked[0]) > 0, plan
     assert store.vector_index_kind() == "halfvec"
     assert _answers(store) == exact
+
+
+def test_a_sibling_is_matched_to_the_live_graph_both_ways(
+    context_search_dsn: str, store: PostgresSearchConnector
+) -> None:
+    # What a switch does to its sibling schema when it is created and again before the
+    # swap: the live graph's kind, at the sibling's own width, whichever way it differs.
+    with (
+        temporary_schema(context_search_dsn, prefix="cs_sibling_") as schema,
+        PostgresSearchConnector.open(
+            context_search_dsn, schema=schema, embedder=HashingEmbedder(64)
+        ) as sibling,
+    ):
+        sibling.upsert(_records(50))
+        with autocommit_session(store.engine, "test") as live:
+            match_vector_index(live, sibling.engine)
+            assert sibling.vector_index_kind() == "halfvec"  # already alike: untouched
+            store.convert_vector_index("binary")
+            match_vector_index(live, sibling.engine)
+            assert sibling.vector_index_kind() == "binary"
+            assert "bit(64)" in str(_definition(sibling))
+            store.convert_vector_index("halfvec")
+            match_vector_index(live, sibling.engine)
+            assert sibling.vector_index_kind() == "halfvec"
 
 
 def test_a_conversion_waits_for_a_configuration_switch_to_finish(
