@@ -53,7 +53,10 @@ def markdown(result: dict[str, Any]) -> str:
             "races writes* when merges merged during the writes or in the 2 s after them (their "
             "purges' tombstones); *merge races switch* when merges merged during both switches "
             "(its typed errors: writers of the configuration left, refused with "
-            "`RETRIEVER_UNCONFIGURED` after the swap).",
+            "`RETRIEVER_UNCONFIGURED` after the swap). *conversion sigkilled* fires when a "
+            "conversion of the vector graph (halfvec to bits or back) is killed, process and "
+            "backend, while its concurrent build runs under a writer; the next open leaves one "
+            "valid graph, and the conversion asked again under a writer holds every write.",
             "",
             f"After all faults: {faults['acknowledged_documents']:,} acknowledged documents "
             f"checked (readable and found by search in their scope only, at their last "
