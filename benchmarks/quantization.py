@@ -14,8 +14,8 @@ graph and measured, converted to bits (the build timed), measured again, and con
 - 1 client **cold**: the server restarted and the database's files dropped from the page
   cache (``posix_fadvise(DONTNEED)``) before the first search, as when an index has outgrown
   memory (only on a throwaway embedded server: never an external one);
-- then, after 20 more searches, 1 client for ``per_client`` searches and 4 clients for as
-  many (milliseconds and searches per second). At 100k the cache is warm by then; at 1M it
+- then, after 20 more searches, 1 client for ``per_client`` searches and 4 clients for half
+  as many each (milliseconds and searches per second). At 100k the cache is warm by then; at 1M it
   is still filling, which is the point where a smaller graph shows.
 
 Quality: nDCG@10 on each shared data set (SciFact, the Chinese set), every search sent

@@ -56,7 +56,8 @@ def markdown(result: dict[str, Any]) -> str:
             "`RETRIEVER_UNCONFIGURED` after the swap). *conversion sigkilled* fires when a "
             "conversion of the vector graph (halfvec to bits or back) is killed, process and "
             "backend, while its concurrent build runs under a writer; the next open leaves one "
-            "valid graph, and the conversion asked again under a writer holds every write.",
+            "valid graph, the conversion asked again under a writer completes, and a halfvec "
+            "graph built so holds every write.",
             "",
             f"After all faults: {faults['acknowledged_documents']:,} acknowledged documents "
             f"checked (readable and found by search in their scope only, at their last "

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import InvalidConfigError, SchemaNotReadyError
 from context_search.postgres import PostgresSearchConnector
-from context_search.postgres.engine.drivers import autocommit_session
+from context_search.postgres.engine.drivers import autocommit_session, lock_key
 from context_search.postgres.indexes.builds import VECTOR_INDEX, VECTOR_INDEX_NEXT
 from context_search.postgres.indexes.quantization import vector_index_definition
 from context_search.postgres.operations.vector_graph import match_vector_index
@@ -201,6 +201,10 @@ def test_a_conversion_killed_midway_is_tidied_when_the_index_opens(
                 "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(%s)",
                 (invalid,),
             )
+    built = killed in ("after_the_drop", "in_the_drop")
+    # Before any open tidies it, searches walk whichever graph is valid.
+    assert store.vector_index_kind() == ("binary" if built else "halfvec")
+    assert _answers(store) == exact
     with PostgresSearchConnector.open(
         context_search_dsn,
         schema=context_search_schema,
@@ -208,7 +212,6 @@ def test_a_conversion_killed_midway_is_tidied_when_the_index_opens(
         **_THROUGH_THE_GRAPH,
     ) as reopened:
         assert _definition(reopened, VECTOR_INDEX_NEXT) is None
-        built = killed in ("after_the_drop", "in_the_drop")
         assert reopened.vector_index_kind() == ("binary" if built else "halfvec")
         assert _answers(reopened) == exact
 
@@ -254,21 +257,23 @@ def test_a_sibling_is_matched_to_the_live_graph_both_ways(
             assert sibling.vector_index_kind() == "halfvec"
 
 
-def test_a_conversion_waits_for_a_configuration_switch_to_finish(
+def test_a_conversion_is_refused_while_a_configuration_switch_runs(
     store: PostgresSearchConnector,
 ) -> None:
-    with store.engine.begin() as conn:
-        conn.execute(text("UPDATE index_configs SET building_since = now() WHERE active"))
-    with pytest.raises(SchemaNotReadyError) as refused:
-        store.convert_vector_index("binary")
-    assert "building" in refused.value.details
-    assert store.vector_index_kind() == "halfvec"
-    with store.engine.begin() as conn:
-        conn.execute(text("UPDATE index_configs SET building_since = NULL"))
+    with autocommit_session(store.engine, "test") as switch:
+        key = lock_key(switch, store.schema, "config-build")
+        switch.execute("SELECT pg_advisory_lock(%s)", (key,))  # what a running switch holds
+        try:
+            with pytest.raises(SchemaNotReadyError) as refused:
+                store.convert_vector_index("binary")
+            assert refused.value.details == {"reason": "switch_in_progress"}
+            assert store.vector_index_kind() == "halfvec"
+        finally:
+            switch.execute("SELECT pg_advisory_unlock(%s)", (key,))
     assert store.convert_vector_index("binary").after == "binary"
 
 
-def test_a_partitioned_index_converts_in_one_transaction(
+def test_a_partitioned_index_converts(
     store: PostgresSearchConnector, exact: list[list[tuple[str, float]]]
 ) -> None:
     store.partition_scopes(["alpha"])

@@ -201,13 +201,15 @@ class WriteSide:
         """Rebuild the vector graph over ``halfvec`` (the default) or over bits
         (``"binary"``: about a third of the bytes, candidates re-ranked by exact distance;
         see ``postgres/indexes/quantization.py``). Searches and writes go on during the
-        build (writes wait on a table partitioned by scope), and every connector follows
-        the new graph once it is valid. ``progress(done, total)`` follows the build."""
+        conversion (writes wait for the build on a table partitioned by scope), every
+        connector follows the new graph once it is valid, and it is refused while a
+        configuration switch runs. ``progress(done, total)`` follows the build."""
         self._writable("convert_vector_index")
         return convert_vector_index(self._engine, kind, progress=progress)
 
     def vector_index_kind(self) -> VectorIndexKind | None:
-        """The live vector graph's kind (``None`` while a large load rebuilds it)."""
+        """The kind of the vector graph searches walk (``None`` when none is valid, e.g.
+        while a large load rebuilds it)."""
         with autocommit_session(self._engine, "vector index kind") as raw:
             return vector_index_kind(raw)
 

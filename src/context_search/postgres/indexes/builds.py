@@ -28,7 +28,7 @@ import psutil  # type: ignore[import-untyped]
 import psycopg.sql
 from sqlalchemy import Engine, text
 
-from context_search.postgres.engine.drivers import autocommit_session, driver_of
+from context_search.postgres.engine.drivers import autocommit_session, driver_of, lock_key
 from context_search.postgres.engine.errors import RETRYABLE_STATES, back_off, translate_errors
 from context_search.postgres.engine.postings import DEFERRING, build_deferred
 from context_search.postgres.indexes.statistics import vacuum_after_write
@@ -324,7 +324,15 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
         if raw is None:
             return []  # a load (or a conversion) in progress builds them at its end
         if converting:
-            finish_conversion(raw)
+            # Not while a configuration switch runs: it may swap the tables under the names
+            # read here (searches meanwhile use whichever graph is valid).
+            schema = str(raw.execute("SELECT current_schema()").fetchone()[0])
+            switching = lock_key(raw, schema, "config-build")
+            if raw.execute("SELECT pg_try_advisory_lock(%s)", (switching,)).fetchone()[0]:
+                try:
+                    finish_conversion(raw)
+                finally:
+                    raw.execute("SELECT pg_advisory_unlock(%s)", (switching,))
         if deferred:  # a killed initial load's chunks, still without postings
             log.warning("cutting the posting blocks a killed load deferred")
             build_deferred_postings(raw)

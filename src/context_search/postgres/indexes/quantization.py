@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from context_search.postgres.indexes.builds import VECTOR_INDEX, index_states
+from context_search.postgres.indexes.builds import VECTOR_INDEX, VECTOR_INDEX_NEXT, index_states
 
 __all__ = [
     "VECTOR_KINDS",
@@ -52,13 +52,16 @@ def vector_index_definition(kind: VectorIndexKind, dimension: int, name: str = V
 
 
 def vector_index_kind(raw: Any) -> VectorIndexKind | None:
-    """The kind of the index's live vector graph (``None``: none is built and valid, e.g.
-    during a large load), on a psycopg connection whose search_path starts at the index
-    schema."""
-    state = index_states(raw, [VECTOR_INDEX]).get(VECTOR_INDEX)
-    if state is None or not state[1]:
-        return None
-    return "binary" if "bit_hamming_ops" in state[0] else "halfvec"
+    """The kind of the vector graph searches walk (``None``: no valid one, e.g. during a large
+    load), on a psycopg connection whose search_path starts at the index schema."""
+    states = index_states(raw, [VECTOR_INDEX, VECTOR_INDEX_NEXT])
+    # A valid graph under the temporary name is the one searches use when the live name's
+    # is gone or invalid (a conversion killed between its drop and its rename).
+    for name in (VECTOR_INDEX, VECTOR_INDEX_NEXT):
+        state = states.get(name)
+        if state is not None and state[1]:
+            return "binary" if "bit_hamming_ops" in state[0] else "halfvec"
+    return None
 
 
 def vector_dimension(raw: Any) -> int:

@@ -1,14 +1,15 @@
 """Converting an index's vector graph between ``halfvec`` and bits, online
 (``indexes/quantization.py`` says what each kind is and costs).
 
-The new graph is built beside the live one with ``CREATE INDEX CONCURRENTLY`` (searches and
-writes go on); then, behind the write gate (writers wait for a moment), the old one is
-dropped and the new one takes its name. Tables partitioned by scope cannot build indexes
-concurrently: there the build holds writes back behind the gate (searches go on) and the
-drop waits at most 2 s per try for its lock. A conversion killed midway is tidied when a
-writable connector next opens the index (``indexes/builds.py``) and finished by asking
-again. A configuration switch builds the next configuration's graph of the same kind and
-matches it again before its swap; a conversion waits while a switch builds.
+The new graph is built beside the live one with ``CREATE INDEX CONCURRENTLY``, then the old
+one is dropped concurrently and the new one takes its name: searches and writes go on
+throughout. Tables partitioned by scope cannot build or drop indexes concurrently: there the
+build holds writes back behind the write gate (searches go on) and the drop waits at most
+2 s per try for its lock. A conversion killed midway is tidied when a writable connector
+next opens the index (``indexes/builds.py``) and finished by asking again. A conversion
+holds the configuration switch's lock, so the two never overlap (a conversion is refused
+while a switch runs); a switch builds the next configuration's graph of the same kind and
+matches it again before its swap (a conversion made while an interrupted switch waited).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ from context_search.postgres.indexes.quantization import (
 )
 from context_search.postgres.write.gate import GATE
 
+#: The advisory lock a configuration switch holds while it runs (``operations/switch.py``).
+SWITCH = "config-build"
+
 __all__ = ["VectorIndexReport", "convert_vector_index", "match_vector_index"]
 
 ProgressFn = Callable[[int, int], None]
@@ -87,18 +91,20 @@ def convert_vector_index(
                 "load left)",
                 details={"indexes": sorted(pending_builds(raw)) if raw is not None else []},
             )
-        building = raw.execute(
-            "SELECT config_id FROM index_configs WHERE building_since IS NOT NULL"
-        ).fetchone()
-        if building is not None:
+        # The switch's own lock, held for the whole conversion: no switch swaps the tables
+        # under it, and none starts meanwhile (a switch killed earlier holds nothing; its
+        # resumed build matches the graph's kind again before its swap).
+        switching = lock_key(raw, str(raw.execute("SELECT current_schema()").fetchone()[0]), SWITCH)
+        if not raw.execute("SELECT pg_try_advisory_lock(%s)", (switching,)).fetchone()[0]:
             raise SchemaNotReadyError(
-                "a configuration switch is building this index anew; convert after it",
-                details={"building": str(building[0])},
+                "a configuration switch is running on this index; convert after it",
+                details={"reason": "switch_in_progress"},
             )
         try:
             return _convert(engine, raw, kind, progress)
         finally:
             raw.execute("RESET statement_timeout")
+            raw.execute("SELECT pg_advisory_unlock(%s)", (switching,))
 
 
 def _convert(
@@ -152,37 +158,28 @@ def _gate(raw: Any) -> int:
 
 
 def _hand_over(raw: Any, partitioned: bool, *, wait_s: float = 2.0, attempts: int = 10) -> None:
-    """Drop the old graph and give the new one its name, behind the write gate.
+    """Drop the old graph and give the new one its name.
 
-    The gate orders this after a configuration switch's swap, which holds it: if a switch
-    replaced the tables meanwhile, the new graph went with the old schema and nothing here
-    may touch the new one. On a partitioned table the drop locks ``chunks`` outright, so
-    its wait is bounded (searches arriving meanwhile queue behind it) and tried again."""
-    gate = _gate(raw)
-    raw.execute("SELECT pg_advisory_lock(%s)", (gate,))
-    try:
-        if VECTOR_INDEX_NEXT not in index_states(raw, [VECTOR_INDEX_NEXT]):
-            raise SchemaNotReadyError(
-                "a configuration switch replaced the index during the conversion; convert again",
-                details={"reason": "switched"},
-            )
-        if not partitioned:
-            raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX}")
-            raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
+    ``DROP INDEX CONCURRENTLY`` holds back neither searches nor writes. On a partitioned
+    table the drop locks ``chunks`` outright: it runs behind the write gate (writers wait
+    there, holding no row lock the drop could wait for) and its wait is bounded (searches
+    arriving meanwhile queue behind it) and tried again."""
+    if not partitioned:
+        raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX}")
+        raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
+        return
+    for attempt in range(attempts):
+        try:
+            with raw.transaction():
+                raw.execute("SELECT pg_advisory_xact_lock(%s)", (_gate(raw),))
+                raw.execute(f"SET LOCAL lock_timeout = '{round(wait_s * 1000)}ms'")
+                raw.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
+                raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
             return
-        for attempt in range(attempts):
-            try:
-                with raw.transaction():
-                    raw.execute(f"SET LOCAL lock_timeout = '{round(wait_s * 1000)}ms'")
-                    raw.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
-                    raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
-                return
-            except LockNotAvailable:
-                if attempt == attempts - 1:
-                    raise
-                pause(0.5 * random.uniform(0.5, 1.5))  # the queued searches run
-    finally:
-        raw.execute("SELECT pg_advisory_unlock(%s)", (gate,))
+        except LockNotAvailable:
+            if attempt == attempts - 1:
+                raise
+            pause(0.5 * random.uniform(0.5, 1.5))  # the queued searches run
 
 
 @contextmanager
