@@ -28,6 +28,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 # ``--backend``/``--db`` of every command: defined beside the selection logic, appended to
 # each registered command by ``dispatch.register`` (a command never declares them itself).
@@ -64,6 +72,7 @@ __all__ = [
     "Scopes",
     "StoreBackend",
     "Verbose",
+    "build_columns",
     "cli_errors",
     "echo_json",
     "open_connector",
@@ -266,3 +275,17 @@ def cli_errors(*, as_json: bool = False, verbose: bool = False) -> Iterator[None
             highlight=False,
         )
         raise typer.Exit(code=EXIT_INTERNAL) from None
+
+
+def build_columns(label: str, unit: str) -> tuple[ProgressColumn, ...]:
+    """A progress bar's columns for a long build with a known total: what is built, done of
+    total ``unit``, time so far and time left."""
+    return (
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )

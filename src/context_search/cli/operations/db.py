@@ -9,14 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress
 
 from context_search.cli.common import (
     DEFAULT_SCHEMA,
@@ -24,6 +17,7 @@ from context_search.cli.common import (
     JsonOpt,
     Schema,
     Verbose,
+    build_columns,
     cli_errors,
     echo_json,
     sqlite_selected,
@@ -130,15 +124,7 @@ def vector_index_command(
             )
         server = resolve_server(dsn)
         engine = create_store_engine(server.dsn, schema=schema)
-        columns = (
-            TextColumn(f"building the {kind} graph"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("chunks"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-        )
+        columns = build_columns(f"building the {kind} graph", "chunks")
         try:
             if current_revision(engine, schema=schema) is None:
                 raise index_not_found(schema, probe_postgres(dsn, schema).existing)

@@ -16,7 +16,6 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 from context_search.cli.common import (
@@ -28,6 +27,7 @@ from context_search.cli.common import (
     JsonOpt,
     Schema,
     Verbose,
+    build_columns,
     cli_errors,
     open_connector,
     open_store,
@@ -74,15 +74,7 @@ def reindex(
     lock = threading.Lock()
     stop = threading.Event()
     errors: list[ContextSearchError] = []
-    switch_columns = (
-        TextColumn("building the new configuration"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("documents"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
+    switch_columns = build_columns("building the new configuration", "documents")
     with cli_errors(as_json=as_json, verbose=verbose), ExitStack() as stack:
         # A configuration change is built beside the active one before workers start.
         with Progress(*switch_columns, console=console, disable=as_json or not reconfigure) as bar:
