@@ -16,7 +16,7 @@ from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import InvalidConfigError, SchemaNotReadyError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine.drivers import autocommit_session, lock_key
-from context_search.postgres.indexes.builds import VECTOR_INDEX, VECTOR_INDEX_NEXT
+from context_search.postgres.indexes.builds import SWITCH_LOCK, VECTOR_INDEX, VECTOR_INDEX_NEXT
 from context_search.postgres.indexes.quantization import vector_index_definition
 from context_search.postgres.operations.vector_graph import match_vector_index
 from context_search.testing import temporary_schema
@@ -261,7 +261,7 @@ def test_a_conversion_is_refused_while_a_configuration_switch_runs(
     store: PostgresSearchConnector,
 ) -> None:
     with autocommit_session(store.engine, "test") as switch:
-        key = lock_key(switch, store.schema, "config-build")
+        key = lock_key(switch, store.schema, SWITCH_LOCK)
         switch.execute("SELECT pg_advisory_lock(%s)", (key,))  # what a running switch holds
         try:
             with pytest.raises(SchemaNotReadyError) as refused:

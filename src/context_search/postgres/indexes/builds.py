@@ -39,6 +39,7 @@ __all__ = [
     "DEFER_MIN_CHUNKS",
     "IS_PARTITIONED",
     "LEXICAL_INDEXES",
+    "SWITCH_LOCK",
     "VECTOR_INDEX",
     "VECTOR_INDEX_NEXT",
     "build_index",
@@ -70,6 +71,9 @@ VECTOR_INDEX = "ix_chunks_embedding_hnsw"
 #: The vector index a conversion to another kind (``operations/vector_graph.py``) builds beside
 #: the live one before it takes its name.
 VECTOR_INDEX_NEXT = "ix_chunks_embedding_next"
+#: The purpose of the advisory lock a configuration switch holds for its whole run
+#: (``operations/switch.py``); a vector graph conversion holds it too.
+SWITCH_LOCK = "config-build"
 LEXICAL_INDEXES = ("ix_posting_blocks_group",)
 DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
 DEFERRED_NOTE = "context-search deferred index builds: "
@@ -327,7 +331,7 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
             # Not while a configuration switch runs: it may swap the tables under the names
             # read here (searches meanwhile use whichever graph is valid).
             schema = str(raw.execute("SELECT current_schema()").fetchone()[0])
-            switching = lock_key(raw, schema, "config-build")
+            switching = lock_key(raw, schema, SWITCH_LOCK)
             if raw.execute("SELECT pg_try_advisory_lock(%s)", (switching,)).fetchone()[0]:
                 try:
                     finish_conversion(raw)

@@ -38,6 +38,7 @@ from context_search.postgres.engine.drivers import autocommit_session, driver_of
 from context_search.postgres.engine.errors import translate_errors
 from context_search.postgres.engine.migrations import head_revision, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
+from context_search.postgres.indexes.builds import SWITCH_LOCK
 from context_search.postgres.operations.config import activate_config
 from context_search.postgres.operations.partitions import partition_index, scope_partitions
 from context_search.postgres.operations.swap import (
@@ -176,7 +177,7 @@ def switch_configuration(
     )
     shadow, retired = sibling_names(schema)
     with _session(engine) as raw:
-        building = lock_key(raw, schema, "config-build")
+        building = lock_key(raw, schema, SWITCH_LOCK)
         if not raw.execute("SELECT pg_try_advisory_lock(%s)", (building,)).fetchone()[0]:
             raise RetrieverUnconfiguredError(
                 "another process is switching this index's configuration",

@@ -30,6 +30,7 @@ from context_search.postgres.engine.drivers import autocommit_session, lock_key
 from context_search.postgres.engine.errors import translate_errors
 from context_search.postgres.engine.pause import pause
 from context_search.postgres.indexes.builds import (
+    SWITCH_LOCK,
     VECTOR_INDEX,
     VECTOR_INDEX_NEXT,
     build_index,
@@ -49,9 +50,6 @@ from context_search.postgres.indexes.quantization import (
     vector_index_kind,
 )
 from context_search.postgres.write.gate import GATE
-
-#: The advisory lock a configuration switch holds while it runs (``operations/switch.py``).
-SWITCH = "config-build"
 
 __all__ = ["VectorIndexReport", "convert_vector_index", "match_vector_index"]
 
@@ -94,7 +92,9 @@ def convert_vector_index(
         # The switch's own lock, held for the whole conversion: no switch swaps the tables
         # under it, and none starts meanwhile (a switch killed earlier holds nothing; its
         # resumed build matches the graph's kind again before its swap).
-        switching = lock_key(raw, str(raw.execute("SELECT current_schema()").fetchone()[0]), SWITCH)
+        switching = lock_key(
+            raw, str(raw.execute("SELECT current_schema()").fetchone()[0]), SWITCH_LOCK
+        )
         if not raw.execute("SELECT pg_try_advisory_lock(%s)", (switching,)).fetchone()[0]:
             raise SchemaNotReadyError(
                 "a configuration switch is running on this index; convert after it",
