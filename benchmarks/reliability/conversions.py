@@ -88,8 +88,8 @@ def _in_the_graph(store: PostgresSearchConnector, docs: list[str]) -> list[str]:
     returns every node it reaches, and each of ``docs`` must be among them.
 
     Graphs over bits are not checked this way: over Hamming distance, whose ties are many,
-    pgvector's graph can leave a few nodes unreachable (3 of 6,000 hashing-embedder chunks
-    in one build, none over ``halfvec``), so a missing node there says nothing about the
+    pgvector's graph can leave a few nodes unreachable (seen with hashing-embedder chunks,
+    whose ``halfvec`` graph reached every node), so a missing node there says nothing about the
     conversion. So a concurrently built graph is checked in the rounds that convert to
     ``halfvec``: every other round."""
     if store.vector_index_kind() != "halfvec":

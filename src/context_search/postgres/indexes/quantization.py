@@ -8,8 +8,8 @@ graph's nearest ``binary_rerank`` x its chunk pool by exact cosine distance over
 ``halfvec``, so the order, the scores and the evidence are those of exact distances over
 the candidates the bits found. The price is reads: every candidate's row is fetched for its
 vector and the coarser distances lengthen the walk, about twice the buffers per search, and
-their ties can leave a few nodes unreachable by any walk (3 of 6,000 sparse hashing vectors
-in one build, none in the ``halfvec`` graph of the same rows). An
+their ties can leave a few nodes unreachable by any walk (seen with sparse hashing vectors,
+where the ``halfvec`` graph of the same rows reached every node). An
 instance whose memory holds the smaller graph but not the larger one gains; one that holds
 both loses (``python -m benchmarks quantization``, BENCHMARKS.md#quantization).
 
