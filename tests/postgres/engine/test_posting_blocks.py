@@ -238,13 +238,28 @@ def test_a_merge_killed_midway_leaves_the_blocks_as_they_were(
     assert _answers(store) == before
 
 
+@pytest.mark.parametrize("parallel", [False, True], ids=["one-process", "parallel"])
 def test_an_initial_load_cuts_its_postings_once_at_its_end(
-    store: PostgresSearchConnector,
+    store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch, parallel: bool
 ) -> None:
     """An initial load's batches only list their chunks; the load cuts every group's blocks
     at once when it ends: merged from the start, nothing for a merge to rewrite and no free
-    space left behind by one."""
+    space left behind by one. A large cut runs in parallel workers and cuts the same
+    blocks."""
+    plans: list[str] = []
+    if parallel:
+        monkeypatch.setattr(builds, "PARALLEL_CUT_MIN", 0)
+        settings = builds._parallel_cut
+
+        def explained(raw: psycopg.Connection) -> None:
+            settings(raw)
+            cut = builds.build_deferred()[1]
+            plans.append("\n".join(r[0] for r in raw.execute(f"EXPLAIN {cut.strip()}")))
+
+        monkeypatch.setattr(builds, "_parallel_cut", explained)
     report = store.upsert([_record(i) for i in range(2500)], batch_size=100)
+    assert len(plans) == int(parallel)
+    assert all("Gather Merge" in plan for plan in plans), plans
     assert report.chunks_written == 2500 and report.committed_batches == 25
     with store.engine.connect() as conn:
         listed = conn.execute(text("SELECT count(*) FROM posting_deferred")).scalar_one()
@@ -257,6 +272,21 @@ def test_an_initial_load_cuts_its_postings_once_at_its_end(
         ).one()
     assert listed == 0 and pages == used
     assert _layout(store)[1:] == (0, 0)
+    # Block for block what one sort of every chunk's postings cuts.
+    every = postings.cut_blocks(
+        "(SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle, "
+        f"{postings.IMPACT} AS impact FROM chunks AS r CROSS JOIN LATERAL unnest(r.tsv) AS u "
+        "CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t)"
+    )
+    blocks = "SELECT lexeme, permission_scope, lifecycle, max_impact, chunk_ids, impacts FROM "
+    with store.engine.connect() as conn:
+        differ = conn.execute(
+            text(
+                f"SELECT count(*) FROM (({blocks} posting_blocks EXCEPT ALL {blocks} ({every}) e)"
+                f" UNION ALL ({blocks} ({every}) e EXCEPT ALL {blocks} posting_blocks)) d"
+            )
+        ).scalar_one()
+    assert differ == 0
     assert audit(store.engine).consistent
     hits = store.search(SearchQuery(query="ledger manifest", allowed_scopes=["dock"])).hits
     assert hits and all(int(h.doc_id[1:]) % 5 == 0 for h in hits)

@@ -254,7 +254,7 @@ def test_a_loads_cut_picked_as_a_deadlock_victim_is_tried_again(
                 waiting = watch.execute(
                     text(
                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE '%posting_deferred%'"
+                        "AND query LIKE '%cs_deferred_cut%'"
                     )
                 ).scalar_one()
                 watch.rollback()

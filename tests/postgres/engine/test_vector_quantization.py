@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import random
 import re
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -16,7 +19,12 @@ from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.errors import InvalidConfigError, SchemaNotReadyError
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine.drivers import autocommit_session, lock_key
-from context_search.postgres.indexes.builds import SWITCH_LOCK, VECTOR_INDEX, VECTOR_INDEX_NEXT
+from context_search.postgres.indexes.builds import (
+    SWITCH_LOCK,
+    VECTOR_INDEX,
+    VECTOR_INDEX_NEXT,
+    ensure_indexes,
+)
 from context_search.postgres.indexes.quantization import vector_index_definition
 from context_search.postgres.operations.vector_graph import match_vector_index
 from context_search.testing import temporary_schema
@@ -303,7 +311,7 @@ def test_unknown_kinds_and_rerank_depths_are_refused(
     with pytest.raises(InvalidConfigError) as kind:
         store.convert_vector_index("pq")  # type: ignore[arg-type]
     assert kind.value.details == {"field": "kind"}
-    for depth in (0, 6):
+    for depth in (0, 6, True):
         with pytest.raises(InvalidConfigError) as rerank:
             PostgresSearchConnector.open(
                 engine=store.engine,
@@ -313,6 +321,86 @@ def test_unknown_kinds_and_rerank_depths_are_refused(
             )
         assert rerank.value.details == {"field": "binary_rerank"}
     assert store.vector_index_kind() == "halfvec"
+
+
+def _waiting_for_chunks(raw: Any) -> bool:
+    """Whether some session waits for an exclusive lock on ``chunks`` (a drop of its index)."""
+    row = raw.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted "
+        "AND relation = CAST('chunks' AS regclass) AND mode = 'AccessExclusiveLock')"
+    ).fetchone()
+    return bool(row[0])
+
+
+@contextmanager
+def _reader_holding_chunks(store: PostgresSearchConnector) -> Iterator[Any]:
+    """A transaction that has read ``chunks`` (what a long search holds) until the block ends."""
+    with autocommit_session(store.engine, "test") as reader, reader.transaction():
+        reader.execute("LOCK TABLE chunks IN ACCESS SHARE MODE")
+        yield reader
+
+
+def test_a_partitioned_hand_over_waits_out_a_long_reader(
+    store: PostgresSearchConnector, exact: list[list[tuple[str, float]]]
+) -> None:
+    # The drop of the old graph locks a partitioned ``chunks`` outright: each try waits at
+    # most 2 s (searches queue behind a waiting drop), then lets them run and tries again.
+    store.partition_scopes(["alpha"])
+    seen = threading.Event()
+
+    def hold() -> None:
+        with _reader_holding_chunks(store), autocommit_session(store.engine, "test") as watch:
+            deadline = time.monotonic() + 60
+            while not _waiting_for_chunks(watch) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            seen.set()
+            time.sleep(2.5)  # past the first try's wait
+
+    reader = threading.Thread(target=hold)
+    reader.start()
+    try:
+        report = store.convert_vector_index("binary")
+    finally:
+        reader.join()
+    assert seen.is_set()
+    assert report.after == "binary" and store.vector_index_kind() == "binary"
+    assert _definition(store, VECTOR_INDEX_NEXT) is None
+    assert _answers(store) == exact
+
+
+def test_a_partitioned_tidy_does_not_queue_searches_behind_a_long_reader(
+    store: PostgresSearchConnector, exact: list[list[tuple[str, float]]]
+) -> None:
+    store.partition_scopes(["alpha"])
+    # Killed between its build and its hand-over (each one transaction on a partitioned
+    # table, so the only state a kill leaves): the new graph is dropped on open.
+    with autocommit_session(store.engine, "test") as raw:
+        raw.execute(vector_index_definition("binary", 384, VECTOR_INDEX_NEXT))
+    with _reader_holding_chunks(store):
+        tidy = threading.Thread(target=ensure_indexes, args=(store.engine, 384))
+        tidy.start()
+        tidy.join(timeout=60)
+        finished_while_held = not tidy.is_alive()
+    tidy.join()
+    assert finished_while_held  # gave up the drop for now instead of waiting
+    assert _definition(store, VECTOR_INDEX_NEXT) is not None
+    assert store.vector_index_kind() == "halfvec"  # searches walk the live graph meanwhile
+    assert _answers(store) == exact
+    ensure_indexes(store.engine, 384)  # the next open, with no reader in the way
+    assert _definition(store, VECTOR_INDEX_NEXT) is None
+    assert "halfvec_cosine_ops" in str(_definition(store))
+
+
+def test_partitioning_waits_for_a_killed_conversion_to_be_tidied(
+    store: PostgresSearchConnector,
+) -> None:
+    with autocommit_session(store.engine, "test") as raw:
+        raw.execute(vector_index_definition("binary", 384, VECTOR_INDEX_NEXT))
+    with pytest.raises(SchemaNotReadyError) as refused:
+        store.partition_scopes(["alpha"])
+    assert VECTOR_INDEX_NEXT in refused.value.details["indexes"]
+    ensure_indexes(store.engine, 384)
+    assert store.partition_scopes(["alpha"]) == ("alpha",)
 
 
 class TestBinaryGraphConformance(test_conformance_postgres.TestPostgresConformance):

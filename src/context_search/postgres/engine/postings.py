@@ -37,7 +37,8 @@ from contextvars import ContextVar
 
 __all__ = [
     "BLOCK_SIZE",
-    "BUILD_DEFERRED",
+    "BUILD_DEFERRED_STEPS",
+    "CUT_TABLE",
     "DEFERRING",
     "DEFER_SETTING",
     "GROUP",
@@ -133,34 +134,47 @@ DEFERRING: ContextVar[bool] = ContextVar("context_search_deferring_postings", de
 #: instead of cutting their blocks (an initial load's batches; ``indexes/builds.py``).
 DEFER_SETTING = "context_search.defer_postings"
 
-#: The blocks and document frequencies of every deferred chunk still there, cut and counted
-#: at once (one sort per group instead of a partial block per group and batch, which a merge
-#: would rewrite and leave as free space the size of the load); the list is emptied in the
-#: same statement. A chunk removed meanwhile is gone from ``chunks`` and from the list: its
-#: writer took it off, and neither counted nor tombstoned it.
-BUILD_DEFERRED = f"""
-    WITH listed AS (DELETE FROM posting_deferred RETURNING chunk_id),
-    p AS MATERIALIZED (
+#: The cut of every deferred chunk still listed, in one transaction: the list is locked first
+#: (a writer removing a listed chunk waits, then finds it counted and tombstones it), the
+#: blocks are cut into a transaction-local table, then appended with their groups' document
+#: frequencies, and the list is emptied. One sort per group instead of a partial block per
+#: group and batch, which a merge would rewrite and leave as free space the size of the load.
+#: The cut is a ``CREATE TABLE AS``: unlike an ``INSERT`` (or a statement with a writing
+#: ``WITH``), it may read, unnest and sort the postings in parallel workers, which at 100k
+#: chunks is a third of the cut's time on two cores (BENCHMARKS.md#footprint). A chunk removed
+#: before the lock is gone from ``chunks`` and from the list: its writer took it off, and
+#: neither counted nor tombstoned it. Nothing lists chunks meanwhile: only a load's own
+#: batches do, and the cut runs once they are done (``indexes/builds.py``).
+CUT_TABLE = "pg_temp.cs_deferred_cut"
+BUILD_DEFERRED_STEPS = (
+    "SELECT count(*) FROM (SELECT chunk_id FROM posting_deferred FOR UPDATE) AS l",
+    f"""
+    CREATE TEMP TABLE {CUT_TABLE.removeprefix("pg_temp.")} ON COMMIT DROP AS
+    {{blocks}}""",
+    f"""
+    INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
+    SELECT {GROUP}, max_impact, chunk_ids, impacts FROM {CUT_TABLE}""",
+    # The listed chunks' document frequencies are counted here: their postings, which are
+    # all in the blocks just cut (a listed chunk's document is not deleted).
+    f"""
+    INSERT INTO term_stats AS s ({GROUP}, df, blocks, partial)
+    SELECT {GROUP}, sum(cardinality(chunk_ids)), count(*),
+           count(*) FILTER (WHERE cardinality(chunk_ids) < {BLOCK_SIZE})
+    FROM {CUT_TABLE}
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP}) DO UPDATE
+    SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
+        partial = s.partial + EXCLUDED.partial, fresh = {_FRESH_AFTER}, due = {_DUE_AFTER}""",
+    "DELETE FROM posting_deferred",
+)
+#: The listed chunks' postings, as :func:`cut_blocks` takes them.
+_DEFERRED_POSTINGS = f"""(
         SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle, {IMPACT} AS impact
         FROM chunks AS r
         CROSS JOIN LATERAL unnest(r.tsv) AS u
         CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
-        WHERE r.chunk_id IN (SELECT chunk_id FROM listed) AND r.lifecycle <> 'deleted'
-    ), b AS (
-        INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
-        {{blocks}}
-        RETURNING {GROUP}, cardinality(chunk_ids) AS n
-    )
-    -- The listed chunks' document frequencies are counted here: their postings, which are
-    -- all in the blocks just cut (a listed chunk's document is not deleted).
-    INSERT INTO term_stats AS s ({GROUP}, df, blocks, partial)
-    SELECT {GROUP}, sum(n), count(*), count(*) FILTER (WHERE n < {BLOCK_SIZE})
-    FROM b
-    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-    ON CONFLICT ({GROUP}) DO UPDATE
-    SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
-        partial = s.partial + EXCLUDED.partial, fresh = {_FRESH_AFTER}, due = {_DUE_AFTER}
-"""
+        WHERE r.chunk_id IN (SELECT chunk_id FROM posting_deferred)
+          AND r.lifecycle <> 'deleted')"""
 
 #: The live postings as rows (chunk_id, lexeme, impact, permission_scope, lifecycle): every
 #: block's entries but its group's tombstones. The ``postings`` view (migration 0014).
@@ -302,9 +316,12 @@ def _died(rows: str, schema: str, tiered: bool) -> str:
         due = {_DUE_DF if tiered else _DUE_AFTER_0014};"""
 
 
-def build_deferred() -> str:
-    """:data:`BUILD_DEFERRED` with its blocks cut by :func:`cut_blocks`."""
-    return BUILD_DEFERRED.format(blocks=cut_blocks("p"))
+def build_deferred() -> tuple[str, ...]:
+    """:data:`BUILD_DEFERRED_STEPS` with the blocks cut by :func:`cut_blocks`."""
+    return tuple(
+        step.format(blocks=cut_blocks(_DEFERRED_POSTINGS)) if "{blocks}" in step else step
+        for step in BUILD_DEFERRED_STEPS
+    )
 
 
 def trigger_function(schema: str, *, tiered: bool = True) -> str:
