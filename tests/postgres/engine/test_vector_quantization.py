@@ -391,6 +391,32 @@ def test_a_partitioned_tidy_does_not_queue_searches_behind_a_long_reader(
     assert "halfvec_cosine_ops" in str(_definition(store))
 
 
+def test_an_invalid_index_on_a_partitioned_table_does_not_fail_the_open(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    exact: list[list[tuple[str, float]]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Left invalid by hand (an operator's ``CREATE INDEX ON ONLY``): it cannot be rebuilt
+    # concurrently, so the open names it and goes on, and searches use the partitions'
+    # own graphs.
+    store.partition_scopes(["alpha"])
+    with autocommit_session(store.engine, "test") as raw:
+        raw.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass(%s)",
+            (VECTOR_INDEX,),
+        )
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=context_search_schema,
+        embedder=HashingEmbedder(),
+        **_THROUGH_THE_GRAPH,
+    ) as reopened:
+        assert _answers(reopened) == exact
+    assert VECTOR_INDEX in caplog.text and "left to the operator" in caplog.text
+
+
 def test_partitioning_waits_for_a_killed_conversion_to_be_tidied(
     store: PostgresSearchConnector,
 ) -> None:

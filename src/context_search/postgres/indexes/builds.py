@@ -389,6 +389,16 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
         states = index_states(raw, DEFERRABLE)
         todo = {n: d for n, (d, valid) in states.items() if not valid}
         todo.update({n: d for n, d in pending_builds(raw).items() if n not in states})
+        if todo and tables_partitioned(raw):
+            # Neither dropped nor built concurrently on a partitioned table: rebuilding here
+            # would lock every search out of the index for the build, on an open. The
+            # partitions' own indexes still serve searches.
+            log.warning(
+                "invalid indexes on a table partitioned by scope, left to the operator "
+                "(REINDEX when searches can wait): %s",
+                ", ".join(sorted(todo)),
+            )
+            return built
         rows = _count(raw)
         for name, definition in todo.items():
             raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
