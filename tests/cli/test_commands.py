@@ -13,6 +13,7 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from context_search.cli import app
+from context_search.cli.write.ingest import WINDOW_BATCHES
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.indexes import builds
 
@@ -277,9 +278,10 @@ def test_ingest_streams_in_windows_as_one_load(
     assert result.exit_code == 0, result.output
     assert "150 new" in result.output and "chunks/s" in result.output
     assert "peak memory" in result.output
-    # Windows of 8 batches, never the whole input in one call; one load around them all
+    # Windows of a few batches, never the whole input in one call; one load around them all
     # defers the index builds once (decided on the first window), no call on its own.
-    assert calls == [32, 32, 32, 32, 22]
+    window = 4 * WINDOW_BATCHES
+    assert WINDOW_BATCHES > 1 and calls == [window] * (150 // window) + [150 % window]
     assert loads == [True]
     hits = _json(["search", "stream item 149", "-s", "t", *opts])
     assert isinstance(hits, dict) and hits["hits"][0]["doc_id"] == "s0149"

@@ -111,7 +111,9 @@ def test_upsert_thousand_then_idempotent(
 ) -> None:
     records = _records(1000)
     seen: list[tuple[int, int]] = []
-    first = store.upsert(records, progress=lambda done, total: seen.append((done, total)))
+    first = store.upsert(
+        records, batch_size=256, progress=lambda done, total: seen.append((done, total))
+    )
     assert first.inserted == 1000
     assert seen[-1] == (1000, 1000) and len(seen) == 4
     assert _count(context_search_dsn, context_search_schema, "documents") == 1000

@@ -58,6 +58,7 @@ from context_search.errors import (
     ScopeChangeRefusedError,
 )
 from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.write.sizing import BATCH_RECORDS
 from context_search.validation import validate_records
 
 __all__ = ["ingest", "iter_items", "load_items", "parse_record"]
@@ -279,8 +280,9 @@ def _needs_scope(wheres: list[str], count: int | None) -> InvalidRecordError:
 
 
 #: Records handed to one ``upsert`` call: enough batches for embedding to overlap writing,
-#: few enough that memory stays bounded whatever the input's size.
-WINDOW_BATCHES = 8
+#: few enough that memory stays bounded whatever the input's size (2,048 records at the
+#: default batch size).
+WINDOW_BATCHES = 2
 
 
 def ingest(
@@ -318,7 +320,9 @@ def ingest(
     on_error: Annotated[
         OnError, typer.Option("--on-error", help="abort: write nothing; skip: write good ones.")
     ] = OnError.ABORT,
-    batch_size: Annotated[int, typer.Option(help="Records per transaction.", min=1)] = 256,
+    batch_size: Annotated[
+        int, typer.Option(help="Records per transaction.", min=1)
+    ] = BATCH_RECORDS,
     defer_indexing: Annotated[
         bool, typer.Option("--defer-indexing", help="Store now; chunk and embed with `reindex`.")
     ] = False,

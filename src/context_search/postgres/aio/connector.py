@@ -78,6 +78,7 @@ from context_search.postgres.settings import (
 from context_search.postgres.write.batch import ProgressCallback
 from context_search.postgres.write.jobs import JobProgress
 from context_search.postgres.write.overwrites import check_overwrites
+from context_search.postgres.write.sizing import BATCH_RECORDS
 from context_search.validation import OnStale, validate_records
 
 __all__ = ["AsyncPostgresSearchConnector"]
@@ -319,7 +320,7 @@ class AsyncPostgresSearchConnector:
         records: Sequence[ContextDocumentRecord],
         *,
         defer_indexing: bool = False,
-        batch_size: int = 256,
+        batch_size: int = BATCH_RECORDS,
         progress: ProgressCallback | None = None,
         connection: AsyncCallerConnection | None = None,
         allow_scope_change: bool = False,

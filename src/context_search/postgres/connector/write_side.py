@@ -39,7 +39,7 @@ from context_search.postgres.replicas.routed import CommitTokens
 from context_search.postgres.settings import IndexSettings
 from context_search.postgres.write.batch import ProgressCallback
 from context_search.postgres.write.jobs import JobProgress, JobWorker
-from context_search.postgres.write.sizing import BulkLoad
+from context_search.postgres.write.sizing import BATCH_RECORDS, BulkLoad
 from context_search.postgres.write.writes import Writes
 
 __all__ = ["WriteSide"]
@@ -76,7 +76,7 @@ class WriteSide:
         records: Sequence[ContextDocumentRecord],
         *,
         defer_indexing: bool = False,
-        batch_size: int = 256,
+        batch_size: int = BATCH_RECORDS,
         progress: ProgressCallback | None = None,
         connection: CallerConnection | None = None,
         allow_scope_change: bool = False,

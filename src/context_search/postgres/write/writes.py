@@ -51,7 +51,7 @@ from context_search.postgres.write.gate import enter_write
 from context_search.postgres.write.overwrites import check_overwrites
 from context_search.postgres.write.precomputed import Precomputed
 from context_search.postgres.write.records import PreparedRecord, prepare
-from context_search.postgres.write.sizing import FRESH, BulkLoad, incoming_chunks
+from context_search.postgres.write.sizing import BATCH_RECORDS, FRESH, BulkLoad, incoming_chunks
 from context_search.postgres.write.visibility import change_visibility, record_change
 from context_search.validation import (
     validate_doc_id,
@@ -91,7 +91,7 @@ class Writes:
         records: Sequence[ContextDocumentRecord],
         *,
         defer_indexing: bool = False,
-        batch_size: int = 256,
+        batch_size: int = BATCH_RECORDS,
         progress: ProgressCallback | None = None,
         allow_scope_change: bool = False,
         restore_deleted: bool = False,
