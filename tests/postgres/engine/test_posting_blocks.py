@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 
 import psycopg
+import psycopg.sql
 import pytest
 from sqlalchemy import text
 
@@ -290,6 +291,39 @@ def test_an_initial_load_cuts_its_postings_once_at_its_end(
     assert audit(store.engine).consistent
     hits = store.search(SearchQuery(query="ledger manifest", allowed_scopes=["dock"])).hits
     assert hits and all(int(h.doc_id[1:]) % 5 == 0 for h in hits)
+
+
+class _ListedOnce(psycopg.sql.Composable):
+    """A step that lists a chunk again in the cut's own transaction, the first time only:
+    what a chunk listed while the cut runs looks like to its ``DELETE``."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.sent = 0
+
+    def as_bytes(self, context: object = None) -> bytes:
+        self.sent += 1
+        if self.sent > 1:
+            return b"SELECT 1"
+        return b"INSERT INTO posting_deferred (chunk_id) SELECT min(chunk_id) FROM chunks"
+
+
+def test_a_cut_whose_list_changed_is_undone_and_cut_again(
+    store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cut empties the list of exactly the chunks it locked and cut: if the list
+    changed meanwhile, its transaction rolls back and it is tried again."""
+    steps = builds.build_deferred()
+    listed_once = _ListedOnce()
+    monkeypatch.setattr(builds, "build_deferred", lambda: (*steps[:-1], listed_once, steps[-1]))
+    retries: list[int] = []
+    monkeypatch.setattr(builds, "back_off", retries.append)
+    store.upsert([_record(i) for i in range(2500)], batch_size=500)
+    assert listed_once.sent >= 2 and retries == [0]
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM posting_deferred")).scalar_one() == 0
+    assert _layout(store)[1:] == (0, 0)  # cut once: merged form, nothing doubled
+    assert audit(store.engine).consistent
 
 
 def test_postings_a_killed_load_deferred_are_cut_when_the_index_opens(

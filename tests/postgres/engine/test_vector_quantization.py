@@ -391,6 +391,36 @@ def test_a_partitioned_tidy_does_not_queue_searches_behind_a_long_reader(
     assert "halfvec_cosine_ops" in str(_definition(store))
 
 
+def test_a_conversion_tidies_a_killed_ones_graph_past_a_long_reader(
+    store: PostgresSearchConnector, exact: list[list[tuple[str, float]]]
+) -> None:
+    # The tidy on open gives up after one bounded wait; a conversion asked for tries again
+    # (its own graph needs the temporary name the killed one's still holds).
+    store.partition_scopes(["alpha"])
+    with autocommit_session(store.engine, "test") as raw:
+        raw.execute(vector_index_definition("binary", 384, VECTOR_INDEX_NEXT))
+    seen = threading.Event()
+
+    def hold() -> None:
+        with _reader_holding_chunks(store), autocommit_session(store.engine, "test") as watch:
+            deadline = time.monotonic() + 60
+            while not _waiting_for_chunks(watch) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            seen.set()
+            time.sleep(2.5)  # past the first try's wait
+
+    reader = threading.Thread(target=hold)
+    reader.start()
+    try:
+        report = store.convert_vector_index("binary")
+    finally:
+        reader.join()
+    assert seen.is_set()
+    assert (report.before, report.after) == ("halfvec", "binary")
+    assert _definition(store, VECTOR_INDEX_NEXT) is None
+    assert _answers(store) == exact
+
+
 def test_an_invalid_index_on_a_partitioned_table_does_not_fail_the_open(
     context_search_dsn: str,
     context_search_schema: str,

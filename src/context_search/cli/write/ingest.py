@@ -279,9 +279,9 @@ def _needs_scope(wheres: list[str], count: int | None) -> InvalidRecordError:
     )
 
 
-#: Records handed to one ``upsert`` call: enough batches for embedding to overlap writing,
-#: few enough that memory stays bounded whatever the input's size (2,048 records at the
-#: default batch size).
+#: Records handed to one ``upsert`` call, so memory stays bounded whatever the input's size
+#: (2,048 records at the default batch size). Within a call the second batch is embedded
+#: while the first is written; with a real model, embedding is most of an ingest's time.
 WINDOW_BATCHES = 2
 
 

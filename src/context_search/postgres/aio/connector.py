@@ -398,8 +398,9 @@ class AsyncPostgresSearchConnector:
             scope_changes=tuple(m for r in reports for m in r.scope_changes),
             restored=tuple(d for r in reports for d in r.restored),
         )
-        # A batch's own refresh counts only that batch's chunks (under 1,000, none); the call
-        # as a whole is what the sync connector's one call refreshes for.
+        # A batch's own refresh covers that batch's chunks (from 1,000 chunks, a vacuum of the
+        # blocks it wrote); the call as a whole is what the sync connector's one call
+        # refreshes for.
         refresh_statistics(core.engine, report.chunks_written)
         return report
 

@@ -137,7 +137,8 @@ DEFER_SETTING = "context_search.defer_postings"
 #: The cut of every deferred chunk still listed, in one transaction: the list is locked first
 #: (a writer removing a listed chunk waits, then finds it counted and tombstones it), the
 #: blocks are cut into a transaction-local table, then appended with their groups' document
-#: frequencies, and the list is emptied. One sort per group instead of a partial block per
+#: frequencies, and the list is emptied: of exactly the chunks locked, or the transaction is
+#: tried again (``indexes/builds.py``). One sort per group instead of a partial block per
 #: group and batch, which a merge would rewrite and leave as free space the size of the load.
 #: The cut is a ``CREATE TABLE AS``: unlike an ``INSERT`` (or a statement with a writing
 #: ``WITH``), it may read, unnest and sort the postings in parallel workers, which at 100k
@@ -155,10 +156,13 @@ BUILD_DEFERRED_STEPS = (
     INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
     SELECT {GROUP}, max_impact, chunk_ids, impacts FROM {CUT_TABLE}""",
     # The listed chunks' document frequencies are counted here: their postings, which are
-    # all in the blocks just cut (a listed chunk's document is not deleted).
+    # all in the blocks just cut (a listed chunk's document is not deleted). The counters are
+    # locked in the order every writer locks them, the database's collation (the cut's
+    # columns compare in byte order).
     f"""
     INSERT INTO term_stats AS s ({GROUP}, df, blocks, partial)
-    SELECT {GROUP}, sum(cardinality(chunk_ids)), count(*),
+    SELECT lexeme COLLATE "default", permission_scope COLLATE "default",
+           lifecycle COLLATE "default", sum(cardinality(chunk_ids)), count(*),
            count(*) FILTER (WHERE cardinality(chunk_ids) < {BLOCK_SIZE})
     FROM {CUT_TABLE}
     GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
@@ -221,7 +225,8 @@ def _born(rows: str, schema: str, tiered: bool) -> str:
     subquery of one). Chunks of deleted documents are counted (the audit recounts every
     lifecycle) but get no blocks: no search reads them. In a transaction of an initial load
     (:data:`DEFER_SETTING` on), the chunks are only listed in ``posting_deferred``: each of the
-    load's ``upsert`` calls cuts their blocks at once when it returns (:data:`BUILD_DEFERRED`).
+    load's ``upsert`` calls cuts their blocks at once when it returns
+    (:data:`BUILD_DEFERRED_STEPS`).
     ``tiered``: with the counters of migration 0017 (else as migration 0014 kept them)."""
     s = f'"{schema}"'
     if tiered:

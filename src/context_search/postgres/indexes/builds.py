@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -29,8 +30,10 @@ import psycopg.sql
 from psycopg.errors import LockNotAvailable
 from sqlalchemy import Engine, text
 
+from context_search.errors import BackendError
 from context_search.postgres.engine.drivers import autocommit_session, driver_of, lock_key
 from context_search.postgres.engine.errors import RETRYABLE_STATES, back_off, translate_errors
+from context_search.postgres.engine.pause import pause
 from context_search.postgres.engine.postings import DEFERRING, build_deferred
 from context_search.postgres.indexes.statistics import vacuum_after_write
 
@@ -292,8 +295,18 @@ def build_deferred_postings(raw: Any, *, tries: int = 4) -> int:
                     if listed >= PARALLEL_CUT_MIN:
                         _parallel_cut(raw)
                     raw.execute(cut)
-                    groups = [int(raw.execute(step).rowcount or 0) for step in rest]
-                    return groups[1]
+                    counts = [int(raw.execute(step).rowcount or 0) for step in rest]
+                    if counts[-1] != listed:
+                        # Each statement reads the list afresh: a chunk listed after the lock
+                        # may have been cut, or emptied from the list without its blocks.
+                        # Nothing lists chunks while a load's cut runs; if something did,
+                        # all of it is undone and cut again.
+                        raise _ListChanged
+                    return counts[1]
+            except _ListChanged:
+                if attempt == tries - 1:
+                    raise
+                back_off(attempt)
             except psycopg.Error as exc:
                 if exc.sqlstate not in RETRYABLE_STATES or attempt == tries - 1:
                     raise
@@ -301,6 +314,16 @@ def build_deferred_postings(raw: Any, *, tries: int = 4) -> int:
         raise AssertionError("unreachable: the last try returns or raises")
     finally:
         raw.execute("RESET statement_timeout")
+
+
+class _ListChanged(BackendError):
+    """Chunks were listed for a cut while it ran (its transaction rolls back)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "chunks were listed for the postings' cut while it ran",
+            details={"reason": "deferred_list_changed"},
+        )
 
 
 #: A cut of at least this many listed chunks runs in parallel workers: below it, starting
@@ -322,10 +345,14 @@ def _parallel_cut(raw: Any) -> None:
     raw.execute("SET LOCAL min_parallel_table_scan_size = 0")
 
 
-def finish_conversion(raw: Any) -> None:
+def finish_conversion(raw: Any, *, attempts: int = 1) -> None:
     """What a vector index conversion killed midway left: its new graph, once built, takes
     the live name when the old graph is gone or was left invalid by its drop; a new graph
-    not (validly) built is dropped, and the conversion is finished by asking for it again."""
+    not (validly) built is dropped, and the conversion is finished by asking for it again.
+
+    On a partitioned table each try waits at most :data:`FINISH_LOCK_WAIT_MS` for ``chunks``;
+    after ``attempts`` tries the tidy on open leaves the work to the next open, and a
+    conversion (which asks for several) raises ``LockNotAvailable``."""
     states = index_states(raw, [VECTOR_INDEX, VECTOR_INDEX_NEXT])
     old, new = states.get(VECTOR_INDEX), states.get(VECTOR_INDEX_NEXT)
     if new is None:
@@ -347,13 +374,19 @@ def finish_conversion(raw: Any) -> None:
     # A partitioned table's drop locks ``chunks`` outright, and every search arriving while
     # it waits queues behind it: the wait is bounded, and a drop that cannot have the lock
     # now is left to the next open (searches meanwhile use whichever graph is valid).
-    try:
-        with raw.transaction():
-            raw.execute(f"SET LOCAL lock_timeout = '{FINISH_LOCK_WAIT_MS}ms'")
-            for step in steps:
-                raw.execute(step.format(""))
-    except LockNotAvailable:
-        log.warning("the vector index conversion is finished at a later open: chunks is busy")
+    for attempt in range(attempts):
+        try:
+            with raw.transaction():
+                raw.execute(f"SET LOCAL lock_timeout = '{FINISH_LOCK_WAIT_MS}ms'")
+                for step in steps:
+                    raw.execute(step.format(""))
+            return
+        except LockNotAvailable:
+            if attempts > 1 and attempt == attempts - 1:
+                raise
+            if attempts > 1:
+                pause(0.5 * random.uniform(0.5, 1.5))  # the searches queued behind it run
+    log.warning("the vector index conversion is finished at a later open: chunks is busy")
 
 
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
@@ -391,11 +424,13 @@ def ensure_indexes(engine: Engine, dimension: int) -> list[str]:
         todo.update({n: d for n, d in pending_builds(raw).items() if n not in states})
         if todo and tables_partitioned(raw):
             # Neither dropped nor built concurrently on a partitioned table: rebuilding here
-            # would lock every search out of the index for the build, on an open. The
-            # partitions' own indexes still serve searches.
+            # would lock every search out of the index for the build, on an open. Searches
+            # stay correct: a halfvec graph's partitions still serve them, while over an
+            # invalid graph of bits the vector arm computes exact distances (slower).
             log.warning(
-                "invalid indexes on a table partitioned by scope, left to the operator "
-                "(REINDEX when searches can wait): %s",
+                "invalid or missing indexes on a table partitioned by scope, left to the "
+                "operator (REINDEX when searches can wait; until then searches may be "
+                "slower): %s",
                 ", ".join(sorted(todo)),
             )
             return built

@@ -112,7 +112,7 @@ def _convert(
 ) -> VectorIndexReport:
     raw.execute("SET statement_timeout = 0")
     if index_states(raw, [VECTOR_INDEX_NEXT]):
-        finish_conversion(raw)  # an earlier conversion killed midway
+        finish_conversion(raw, attempts=10)  # an earlier conversion killed midway
     live = vector_index_kind(raw)
     chunks = int(raw.execute("SELECT count(*) FROM chunks").fetchone()[0])
     bytes_before = graph_bytes(raw, VECTOR_INDEX)
