@@ -26,7 +26,7 @@ from context_search.postgres.indexes.builds import (
     ensure_indexes,
 )
 from context_search.postgres.indexes.quantization import vector_index_definition
-from context_search.postgres.operations.vector_graph import match_vector_index
+from context_search.postgres.operations.vector_graph import VectorIndexReport, match_vector_index
 from context_search.testing import temporary_schema
 from tests.postgres import test_conformance_postgres
 from tests.postgres.operations.test_partitions import _WORDS
@@ -340,12 +340,9 @@ def _reader_holding_chunks(store: PostgresSearchConnector) -> Iterator[Any]:
         yield reader
 
 
-def test_a_partitioned_hand_over_waits_out_a_long_reader(
-    store: PostgresSearchConnector, exact: list[list[tuple[str, float]]]
-) -> None:
-    # The drop of the old graph locks a partitioned ``chunks`` outright: each try waits at
-    # most 2 s (searches queue behind a waiting drop), then lets them run and tries again.
-    store.partition_scopes(["alpha"])
+def _convert_past_a_long_reader(store: PostgresSearchConnector) -> VectorIndexReport:
+    """Convert to bits while a reader holds ``chunks`` until a drop has waited on it, and
+    then past the first try's wait."""
     seen = threading.Event()
 
     def hold() -> None:
@@ -354,7 +351,7 @@ def test_a_partitioned_hand_over_waits_out_a_long_reader(
             while not _waiting_for_chunks(watch) and time.monotonic() < deadline:
                 time.sleep(0.05)
             seen.set()
-            time.sleep(2.5)  # past the first try's wait
+            time.sleep(2.5)
 
     reader = threading.Thread(target=hold)
     reader.start()
@@ -363,19 +360,34 @@ def test_a_partitioned_hand_over_waits_out_a_long_reader(
     finally:
         reader.join()
     assert seen.is_set()
+    return report
+
+
+def test_a_partitioned_hand_over_waits_out_a_long_reader(
+    store: PostgresSearchConnector, exact: list[list[tuple[str, float]]]
+) -> None:
+    # The drop of the old graph locks a partitioned ``chunks`` outright: each try waits at
+    # most 2 s (searches queue behind a waiting drop), then lets them run and tries again.
+    store.partition_scopes(["alpha"])
+    report = _convert_past_a_long_reader(store)
     assert report.after == "binary" and store.vector_index_kind() == "binary"
     assert _definition(store, VECTOR_INDEX_NEXT) is None
     assert _answers(store) == exact
 
 
+def _partitioned_conversion_killed_before_its_hand_over(store: PostgresSearchConnector) -> None:
+    """The only state a kill leaves on a partitioned table (its build and its hand-over are
+    one transaction each): the new graph beside the live one."""
+    store.partition_scopes(["alpha"])
+    with autocommit_session(store.engine, "test") as raw:
+        raw.execute(vector_index_definition("binary", 384, VECTOR_INDEX_NEXT))
+
+
 def test_a_partitioned_tidy_does_not_queue_searches_behind_a_long_reader(
     store: PostgresSearchConnector, exact: list[list[tuple[str, float]]]
 ) -> None:
-    store.partition_scopes(["alpha"])
-    # Killed between its build and its hand-over (each one transaction on a partitioned
-    # table, so the only state a kill leaves): the new graph is dropped on open.
-    with autocommit_session(store.engine, "test") as raw:
-        raw.execute(vector_index_definition("binary", 384, VECTOR_INDEX_NEXT))
+    # The new graph is dropped on open.
+    _partitioned_conversion_killed_before_its_hand_over(store)
     with _reader_holding_chunks(store):
         tidy = threading.Thread(target=ensure_indexes, args=(store.engine, 384))
         tidy.start()
@@ -396,26 +408,8 @@ def test_a_conversion_tidies_a_killed_ones_graph_past_a_long_reader(
 ) -> None:
     # The tidy on open gives up after one bounded wait; a conversion asked for tries again
     # (its own graph needs the temporary name the killed one's still holds).
-    store.partition_scopes(["alpha"])
-    with autocommit_session(store.engine, "test") as raw:
-        raw.execute(vector_index_definition("binary", 384, VECTOR_INDEX_NEXT))
-    seen = threading.Event()
-
-    def hold() -> None:
-        with _reader_holding_chunks(store), autocommit_session(store.engine, "test") as watch:
-            deadline = time.monotonic() + 60
-            while not _waiting_for_chunks(watch) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            seen.set()
-            time.sleep(2.5)  # past the first try's wait
-
-    reader = threading.Thread(target=hold)
-    reader.start()
-    try:
-        report = store.convert_vector_index("binary")
-    finally:
-        reader.join()
-    assert seen.is_set()
+    _partitioned_conversion_killed_before_its_hand_over(store)
+    report = _convert_past_a_long_reader(store)
     assert (report.before, report.after) == ("halfvec", "binary")
     assert _definition(store, VECTOR_INDEX_NEXT) is None
     assert _answers(store) == exact
