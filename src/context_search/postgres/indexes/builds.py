@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -33,7 +32,7 @@ from sqlalchemy import Engine, text
 from context_search.errors import BackendError
 from context_search.postgres.engine.drivers import autocommit_session, driver_of, lock_key
 from context_search.postgres.engine.errors import RETRYABLE_STATES, back_off, translate_errors
-from context_search.postgres.engine.pause import pause
+from context_search.postgres.engine.pause import give_way
 from context_search.postgres.engine.postings import DEFERRING, build_deferred
 from context_search.postgres.indexes.statistics import vacuum_after_write
 
@@ -46,6 +45,7 @@ __all__ = [
     "SWITCH_LOCK",
     "VECTOR_INDEX",
     "VECTOR_INDEX_NEXT",
+    "bounded_ddl",
     "build_index",
     "build_settings",
     "ddl_session",
@@ -55,6 +55,7 @@ __all__ = [
     "index_states",
     "large_rebuild_queued",
     "load_lock_key",
+    "parallel_workers",
     "pending_builds",
     "should_defer",
     "tables_partitioned",
@@ -81,8 +82,8 @@ SWITCH_LOCK = "config-build"
 LEXICAL_INDEXES = ("ix_posting_blocks_group",)
 DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
 DEFERRED_NOTE = "context-search deferred index builds: "
-#: How long the tidy of a killed conversion waits for ``chunks`` on a partitioned table.
-FINISH_LOCK_WAIT_MS = 2000
+#: How long DDL that locks a partitioned ``chunks`` outright waits per try (:func:`bounded_ddl`).
+DDL_LOCK_WAIT_MS = 2000
 
 
 IS_PARTITIONED = "SELECT relkind = 'p' FROM pg_class WHERE oid = CAST('chunks' AS regclass)"
@@ -142,8 +143,35 @@ def build_settings(rows: int, dimension: int) -> tuple[int, int]:
     graph = rows * (dimension * 4 + 16 * 2 * 8 + 64) * 1.5
     cap = psutil.virtual_memory().total // 4
     mem_mb = int(max(64 << 20, min(graph, cap)) // (1 << 20))
-    workers = max(0, min(7, (os.cpu_count() or 1) - 1))
-    return mem_mb, workers
+    return mem_mb, parallel_workers()
+
+
+def parallel_workers() -> int:
+    """Workers for one large build or sort: every core but one (the leader works too)."""
+    return max(0, min(7, (os.cpu_count() or 1) - 1))
+
+
+def bounded_ddl(
+    raw: Any,
+    statements: Sequence[str],
+    *,
+    attempts: int,
+    wait_ms: int = DDL_LOCK_WAIT_MS,
+    gate: int | None = None,
+) -> None:
+    """Run ``statements`` (DDL that locks ``chunks`` outright) in one transaction that
+    waits at most ``wait_ms`` for its locks, behind the advisory lock ``gate`` first when
+    given, up to ``attempts`` times (:func:`~context_search.postgres.engine.pause.give_way`)."""
+
+    def once() -> None:
+        with raw.transaction():
+            if gate is not None:
+                raw.execute("SELECT pg_advisory_xact_lock(%s)", (gate,))
+            raw.execute(f"SET LOCAL lock_timeout = '{wait_ms}ms'")
+            for statement in statements:
+                raw.execute(statement)
+
+    give_way(once, attempts=attempts)
 
 
 def index_states(raw: Any, names: Sequence[str]) -> dict[str, tuple[str, bool]]:
@@ -337,8 +365,7 @@ def _parallel_cut(raw: Any) -> None:
     the leader merges the sorted runs into the groups' blocks. The planner's default costs
     keep a sort this size in one process. A larger ``work_mem`` bought nothing (ad hoc, the
     cut of 62.8M postings: 54.0 s at 4 MB, 53.5 at 64 MB, 53.2 at 256 MB)."""
-    _, workers = build_settings(0, 0)
-    raw.execute(f"SET LOCAL max_parallel_workers_per_gather = {workers}")
+    raw.execute(f"SET LOCAL max_parallel_workers_per_gather = {parallel_workers()}")
     raw.execute("SET LOCAL parallel_setup_cost = 0")
     raw.execute("SET LOCAL parallel_tuple_cost = 0")
     # The list's length decided already; the chunks' table size is no second opinion.
@@ -350,7 +377,7 @@ def finish_conversion(raw: Any, *, attempts: int = 1) -> None:
     the live name when the old graph is gone or was left invalid by its drop; a new graph
     not (validly) built is dropped, and the conversion is finished by asking for it again.
 
-    On a partitioned table each try waits at most :data:`FINISH_LOCK_WAIT_MS` for ``chunks``;
+    On a partitioned table each try waits at most :data:`DDL_LOCK_WAIT_MS` for ``chunks``;
     after ``attempts`` tries the tidy on open leaves the work to the next open, and a
     conversion (which asks for several) raises ``LockNotAvailable``."""
     states = index_states(raw, [VECTOR_INDEX, VECTOR_INDEX_NEXT])
@@ -371,22 +398,15 @@ def finish_conversion(raw: Any, *, attempts: int = 1) -> None:
         for step in steps:
             raw.execute(step.format("CONCURRENTLY "))
         return
-    # A partitioned table's drop locks ``chunks`` outright, and every search arriving while
-    # it waits queues behind it: the wait is bounded, and a drop that cannot have the lock
-    # now is left to the next open (searches meanwhile use whichever graph is valid).
-    for attempt in range(attempts):
-        try:
-            with raw.transaction():
-                raw.execute(f"SET LOCAL lock_timeout = '{FINISH_LOCK_WAIT_MS}ms'")
-                for step in steps:
-                    raw.execute(step.format(""))
-            return
-        except LockNotAvailable:
-            if attempts > 1 and attempt == attempts - 1:
-                raise
-            if attempts > 1:
-                pause(0.5 * random.uniform(0.5, 1.5))  # the searches queued behind it run
-    log.warning("the vector index conversion is finished at a later open: chunks is busy")
+    # A partitioned table's drop locks ``chunks`` outright: its wait is bounded, and a drop
+    # the open cannot have the lock for is left to the next open (searches meanwhile use
+    # whichever graph is valid).
+    try:
+        bounded_ddl(raw, [step.format("") for step in steps], attempts=attempts)
+    except LockNotAvailable:
+        if attempts > 1:
+            raise
+        log.warning("the vector index conversion is finished at a later open: chunks is busy")
 
 
 def ensure_indexes(engine: Engine, dimension: int) -> list[str]:

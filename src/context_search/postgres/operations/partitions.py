@@ -47,19 +47,17 @@ one transaction: a failure leaves the tables as they were.
 from __future__ import annotations
 
 import hashlib
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from psycopg import sql
-from psycopg.errors import LockNotAvailable
 from sqlalchemy import Engine, text
 
 from context_search.errors import InvalidConfigError, InvalidInputError, SchemaNotReadyError
 from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.engine.errors import translate_errors
-from context_search.postgres.engine.pause import pause
+from context_search.postgres.engine.pause import give_way
 from context_search.postgres.indexes.builds import (
     IS_PARTITIONED,
     VECTOR_INDEX_NEXT,
@@ -175,12 +173,9 @@ def partition_by_scope(
     if existing is not None and set(wanted) <= set(existing):
         return existing  # nothing to move: no lock taken, no reader or writer waits
     waits = lock_wait or LockWait()
-    for _ in range(waits.attempts - 1):
-        try:
-            return _move(raw, wanted, waits.wait_s)
-        except LockNotAvailable:
-            pause(waits.pause_s * random.uniform(0.5, 1.5))  # the queued searches run
-    return _move(raw, wanted, waits.wait_s)
+    return give_way(
+        lambda: _move(raw, wanted, waits.wait_s), attempts=waits.attempts, pause_s=waits.pause_s
+    )
 
 
 def _move(raw: Any, wanted: list[str], wait_s: float) -> tuple[str, ...]:

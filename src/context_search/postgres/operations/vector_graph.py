@@ -14,7 +14,6 @@ matches it again before its swap (a conversion made while an interrupted switch 
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,17 +21,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg.errors import LockNotAvailable
 from sqlalchemy import Engine
 
 from context_search.errors import InvalidConfigError, SchemaNotReadyError
 from context_search.postgres.engine.drivers import autocommit_session, lock_key
 from context_search.postgres.engine.errors import translate_errors
-from context_search.postgres.engine.pause import pause
 from context_search.postgres.indexes.builds import (
     SWITCH_LOCK,
     VECTOR_INDEX,
     VECTOR_INDEX_NEXT,
+    bounded_ddl,
     build_index,
     build_settings,
     ddl_session,
@@ -157,7 +155,7 @@ def _gate(raw: Any) -> int:
     return lock_key(raw, str(schema), GATE)
 
 
-def _hand_over(raw: Any, partitioned: bool, *, wait_s: float = 2.0, attempts: int = 10) -> None:
+def _hand_over(raw: Any, partitioned: bool, *, attempts: int = 10) -> None:
     """Drop the old graph and give the new one its name.
 
     ``DROP INDEX CONCURRENTLY`` holds back neither searches nor writes. On a partitioned
@@ -168,18 +166,15 @@ def _hand_over(raw: Any, partitioned: bool, *, wait_s: float = 2.0, attempts: in
         raw.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {VECTOR_INDEX}")
         raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
         return
-    for attempt in range(attempts):
-        try:
-            with raw.transaction():
-                raw.execute("SELECT pg_advisory_xact_lock(%s)", (_gate(raw),))
-                raw.execute(f"SET LOCAL lock_timeout = '{round(wait_s * 1000)}ms'")
-                raw.execute(f"DROP INDEX IF EXISTS {VECTOR_INDEX}")
-                raw.execute(f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}")
-            return
-        except LockNotAvailable:
-            if attempt == attempts - 1:
-                raise
-            pause(0.5 * random.uniform(0.5, 1.5))  # the queued searches run
+    bounded_ddl(
+        raw,
+        [
+            f"DROP INDEX IF EXISTS {VECTOR_INDEX}",
+            f"ALTER INDEX {VECTOR_INDEX_NEXT} RENAME TO {VECTOR_INDEX}",
+        ],
+        attempts=attempts,
+        gate=_gate(raw),
+    )
 
 
 @contextmanager
