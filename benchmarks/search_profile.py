@@ -9,7 +9,11 @@ client after a warm-up, query embedding excluded:
 * the connector's stage timings (``SearchStats.timings``): connect, statement, commit,
   assembly and the whole call;
 * the statement alone in three shapes on the same read transactions: both arms, the lexical
-  arm alone (vector weight 0) and the vector arm alone (a query with no indexed word).
+  arm alone (vector weight 0) and the vector arm alone (a query with no indexed word);
+* what a change to the search must not lose or add: nDCG@10 of the data set's test queries
+  that have judgements (the relevant documents are among the filler), for the default search
+  and for the lexical arm's own order (its ranks in the rank log), and the median of the
+  shared buffers each search touches (``EXPLAIN (ANALYZE, BUFFERS)``) over the first 60.
 
 ``--scoped`` builds the filtered suite's corpus instead (scopes nested at 0.1 / 1 / 10 /
 100 % of the chunks, schema ``bench_profile_scoped``) and reports the three shapes for a
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,9 +43,11 @@ from benchmarks.common import (
     load_beir,
     log,
     make_embedder,
+    ndcg_at,
     server,
 )
 from benchmarks.filtered import LEVELS, scoped
+from benchmarks.footprint import plan_buffers
 from benchmarks.latency import build_corpus
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
@@ -82,6 +89,32 @@ def _statement_ms(
             statements.fetch_candidates(session, vq, qvec, vector_weight=weight)
             out.append(1000 * (time.perf_counter() - t0))
     return out
+
+
+def _ranking(store: PostgresSearchConnector, data: Dataset) -> dict[str, Any]:
+    """nDCG@10 of the judged test queries (default search, lexical arm) and the median
+    buffers per search."""
+    judged = sorted(q for q in data.queries if data.qrels.get(q))
+    default: dict[str, list[str]] = {}
+    lexical: dict[str, list[str]] = {}
+    buffers = []
+    for i, qid in enumerate(judged):
+        query = SearchQuery(query=data.queries[qid], allowed_scopes=["public"], top_k=10)
+        response = store.search(query)
+        default[qid] = [h.doc_id for h in response.hits]
+        ranked = [e for e in response.rank_log.entries if e.lexical_rank is not None]
+        lexical[qid] = [e.doc_id for e in sorted(ranked, key=lambda e: e.lexical_rank or 0)]
+        if i < 60:
+            buffers.append(plan_buffers(store.search_plan(query, analyze=True)))
+
+    def ndcg(runs: dict[str, list[str]]) -> float:
+        return round(statistics.fmean(ndcg_at(runs[q], data.qrels[q]) for q in judged), 4)
+
+    return {
+        "queries": len(judged),
+        "ndcg@10": {"default": ndcg(default), "lexical": ndcg(lexical)},
+        "buffers_per_search": statistics.median(buffers),
+    }
 
 
 def _ensure_corpus(
@@ -131,9 +164,16 @@ def run(dsn: str, chunks: int, searches: int, keep: bool) -> dict[str, Any]:
             _statement_ms(store, run_queries[:20], shape)
             xs = _statement_ms(store, run_queries, shape)
             shapes[shape] = {"p50": _median(xs), "p95": _p95(xs)}
+        ranking = _ranking(store, data)
     if not keep:
         drop_index(dsn, SCHEMA)
-    return {"chunks": chunks, "searches": searches, "stages_ms": stages, "statement_ms": shapes}
+    return {
+        "chunks": chunks,
+        "searches": searches,
+        "stages_ms": stages,
+        "statement_ms": shapes,
+        "ranking": ranking,
+    }
 
 
 def run_scoped(dsn: str, chunks: int, searches: int, keep: bool) -> dict[str, Any]:
@@ -185,7 +225,7 @@ def main() -> None:
         }
     out = args.out or RESULTS / f"{name}.json"
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    shown = ("levels",) if args.scoped else ("stages_ms", "statement_ms")
+    shown = ("levels",) if args.scoped else ("stages_ms", "statement_ms", "ranking")
     print(json.dumps({k: result[k] for k in shown}, indent=2))
 
 
