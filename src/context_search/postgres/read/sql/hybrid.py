@@ -39,6 +39,9 @@ __all__ = ["FusionSettings", "SearchLimits", "search_clause"]
 
 BM25_K1 = 1.2
 BM25_B = 0.75
+#: A term's weight in the postings budget never reaches 0 (its idf is positive whenever
+#: the counters agree, and this keeps the shares defined if they do not).
+MIN_IDF = 1e-6
 
 Explain = Literal["", "plan", "analyze"]
 _EXPLAIN = {"": "", "plan": "EXPLAIN ", "analyze": "EXPLAIN (ANALYZE, BUFFERS) "}
@@ -95,15 +98,24 @@ _DF = """
 """
 
 _IDF = """
-    -- Scores are double precision throughout: the counters' sums are numeric, and numeric
-    -- arithmetic on every stage-1 posting cost ~1 ms of a 10 ms search at 100k chunks.
-    SELECT df.lexeme, df.avgdl,
-           ln(1 + (CAST(df.n AS double precision) - df.df + 0.5) / (df.df + 0.5)) AS idf,
-           -- Postings read per term: per_term, less when the query has many terms (the
-           -- strongest postings of each term still come first), never below per_term_floor.
-           LEAST({per_term}, GREATEST({per_term_floor},
-                 {lexical_budget} / GREATEST(count(*) OVER (), 1))) AS bound
-    FROM df
+    -- Postings read per term (its bound): the query's budget of postings shared in
+    -- proportion to idf squared, at most per_term and never below per_term_floor. A rare
+    -- term's few postings are all read; a common one, whose every posting adds little to a
+    -- score, gives up its share (MaxScore's reasoning, as a budget): on the 100k index,
+    -- fewer postings read and the same ranking (benchmarks/results/SEARCH-SPEED.md).
+    SELECT w.lexeme, w.avgdl, w.idf,
+           CAST(LEAST({per_term}, GREATEST({per_term_floor},
+                {lexical_budget} * w.weight / sum(w.weight) OVER ())) AS bigint) AS bound
+    FROM (
+        -- Scores are double precision throughout: the counters' sums are numeric, and
+        -- numeric arithmetic on every stage-1 posting cost ~1 ms of a 10 ms search at 100k.
+        SELECT df.lexeme, df.avgdl, x.idf, power(GREATEST(x.idf, {min_idf}), 2) AS weight
+        FROM df
+        CROSS JOIN LATERAL (
+            SELECT ln(1 + (CAST(df.n AS double precision) - df.df + 0.5) / (df.df + 0.5))
+                AS idf
+        ) AS x
+    ) AS w
 """
 
 _CANDIDATES = """
@@ -387,7 +399,7 @@ class SearchLimits:
     exact_scale: int  # or more, up to sqrt(exact_scale x chunks in the index)
     per_term: int  # postings read per query term
     per_term_floor: int  # never fewer per term, however many terms
-    lexical_budget: int  # postings shared by the terms of a many-term query
+    lexical_budget: int  # postings shared by a query's terms, by idf
     partitioned: bool = False  # chunks partitioned by scope: size the exact path by partition
     dimension: int = 384  # the vectors' width (a graph of bits is over bit(dimension))
     binary_candidates: int = 400  # a graph of bits' candidates, re-ranked by exact distance
@@ -423,7 +435,7 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
         _part("q", _Q),
         _part("visible", _VISIBLE, True),
         _part("df", _DF, True),
-        _part("idf", _IDF, True, **consts),
+        _part("idf", _IDF, True, min_idf=_double(MIN_IDF), **consts),
         _part("candidates", _CANDIDATES, True, block=sql.Literal(BLOCK_SIZE)),
     ]
     if filtered:
