@@ -1,17 +1,13 @@
 """The hybrid search statement: BM25 lexical arm + HNSW vector arm, fused in one round trip.
 
-BM25 inside PostgreSQL, in two stages: the highest-impact postings of each query term are
-scored from the postings alone (idf x impact); in that order, candidate chunks are fetched
-by key, checked against the full tsquery (phrases, negation) when the query has any, and
-the first ``lex_chunks`` that pass get their exact BM25 over every query term, from the
-term frequencies in the chunk's own tsvector (read with the chunk, no further lookups).
-Document frequencies come from per-scope counters (``term_stats``) and chunk counts and
-lengths from ``scope_stats``, over the chunks the caller may see (scope and not deleted),
-so scores never depend on invisible rows. The vector arm orders by cosine distance with
-pgvector's iterative HNSW scan, so filters cannot silently shrink the candidate pool, or
-computes exact distances when few rows pass (counted by ``scope_stats`` when no document
-filter applies; its parts are in ``vector``). Both arms group chunks to documents (best
-chunk wins) before ranks are assigned, then RRF or convex fusion runs server-side.
+The lexical arm (its parts in ``lexical``) scores candidates from the postings alone, then
+the best of them exactly from their own tsvectors, with document frequencies and lengths
+over the chunks the caller may see, so scores never depend on invisible rows. The vector
+arm (its parts in ``vector``) orders by cosine distance with pgvector's iterative HNSW
+scan, so filters cannot silently shrink the candidate pool, or computes exact distances
+when few rows pass. Both arms group chunks to documents (best chunk wins) before ranks are
+assigned, then RRF or convex fusion runs server-side; the statement also returns the
+counters, the evidence weighting and the hits' fields.
 
 The statement is hand-written SQL assembled from named parts with ``psycopg.sql``: each
 common table expression is a fixed template, the parts that vary (the document filter,
@@ -31,253 +27,16 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from context_search.fusion import FusionSettings
-from context_search.postgres.engine.postings import BLOCK_SIZE
-from context_search.postgres.read.sql import vector
+from context_search.postgres.read.sql import lexical, vector
 from context_search.postgres.read.sql.evidence import evidence_query
 
 __all__ = ["FusionSettings", "SearchLimits", "search_clause"]
-
-BM25_K1 = 1.2
-BM25_B = 0.75
-#: A term's weight in the postings budget never reaches 0 (its idf is positive whenever
-#: the counters agree, and this keeps the shares defined if they do not).
-MIN_IDF = 1e-6
 
 Explain = Literal["", "plan", "analyze"]
 _EXPLAIN = {"": "", "plan": "EXPLAIN ", "analyze": "EXPLAIN (ANALYZE, BUFFERS) "}
 
 
 # -- the parts of the hybrid search statement -----------------------------------------------
-
-_CHUNK_BY_KEY = """CROSS JOIN LATERAL (
-        SELECT c0.doc_id, c0.ordinal, c0.token_count, c0.tsv FROM chunks c0
-        WHERE c0.chunk_id = k.chunk_id
-          AND c0.permission_scope = ANY(CAST(:scopes AS text[]))
-          AND c0.lifecycle <> 'deleted'
-        LIMIT 1
-    ) c"""
-
-_Q0 = """
-    SELECT CAST(replace(replace(CAST(plainto_tsquery(CAST(:ts_config AS regconfig), :qpositive)
-                AS text), ' & ', ' | '), ' <-> ', ' | ') AS tsquery) AS anyq,
-           websearch_to_tsquery(CAST(:ts_config AS regconfig), :qphrases) AS phr,
-           websearch_to_tsquery(CAST(:ts_config AS regconfig), :qnegated) AS neg
-"""
-
-_Q = """
-    -- Any positive word may match; every phrase must; no negated word may. Without a
-    -- positive word the lexical arm is empty rather than "everything but the negation".
-    SELECT CASE WHEN numnode(q0.anyq) = 0 THEN CAST('' AS tsquery)
-                ELSE (q0.anyq && q0.phr) && !! q0.neg END AS tsq,
-           ARRAY(SELECT DISTINCT u.lexeme
-                 FROM unnest(to_tsvector(CAST(:ts_config AS regconfig), :qpositive)) AS u)
-               AS terms
-    FROM q0
-"""
-
-_VISIBLE = """
-    -- Collection statistics of exactly the caller's visible chunks, from per-scope counters.
-    SELECT COALESCE(sum(s.chunks), 0) AS n,
-           COALESCE(CAST(sum(s.tokens) AS double precision) / NULLIF(sum(s.chunks), 0), 1)
-               AS avgdl
-    FROM scope_stats s
-    WHERE s.permission_scope = ANY(CAST(:scopes AS text[])) AND s.lifecycle <> 'deleted'
-"""
-
-_DF = """
-    -- Document frequency over the visible postings, from per-(lexeme, scope) counters kept
-    -- exact by triggers on chunks: a few rows per term, however common the term is.
-    SELECT t.lexeme, vs.n, vs.avgdl, COALESCE(g.df, 0) AS df
-    FROM q CROSS JOIN visible vs, unnest(q.terms) AS t(lexeme)
-    CROSS JOIN LATERAL (
-        SELECT sum(s.df) AS df
-        FROM term_stats s
-        WHERE s.lexeme = t.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
-          AND s.lifecycle <> 'deleted' AND s.df > 0
-    ) AS g
-"""
-
-_IDF = """
-    -- Postings read per term (its bound): the query's budget of postings shared in
-    -- proportion to idf squared, at most per_term and never below per_term_floor. A rare
-    -- term's few postings are all read; a common one, whose every posting adds little to a
-    -- score, gives up its share (MaxScore's reasoning, as a budget): on the 100k index,
-    -- fewer postings read and the same ranking (benchmarks/results/SEARCH-SPEED.md).
-    SELECT w.lexeme, w.avgdl, w.idf,
-           CAST(LEAST({per_term}, GREATEST({per_term_floor},
-                {lexical_budget} * w.weight / sum(w.weight) OVER ())) AS bigint) AS bound
-    FROM (
-        -- Scores are double precision throughout: the counters' sums are numeric, and
-        -- numeric arithmetic on every stage-1 posting cost ~1 ms of a 10 ms search at 100k.
-        SELECT df.lexeme, df.avgdl, x.idf, power(GREATEST(x.idf, {min_idf}), 2) AS weight
-        FROM df
-        CROSS JOIN LATERAL (
-            SELECT ln(1 + (CAST(df.n AS double precision) - df.df + 0.5) / (df.df + 0.5))
-                AS idf
-        ) AS x
-    ) AS w
-"""
-
-_CANDIDATES = """
-    -- Stage 1, postings alone: the strongest live postings of each term, scored by idf x
-    -- impact (BM25's tf part at a reference length). Work is bounded by the query, not by how
-    -- many chunks hold a common word, nor by how many are in scopes the caller may not see:
-    -- every visible (lexeme, scope, lifecycle) group holding the term (its term_stats row)
-    -- gives at most the term's bound. A group's postings are in blocks, each with its largest
-    -- impact (engine/postings.py), merged or not: the bound-th strongest live posting of its
-    -- first blocks is a threshold tau, and every block whose maximum exceeds tau is read.
-    -- Postings of chunks removed since the group's last merge (its tombstones) are skipped.
-    SELECT top.chunk_id, bool_and(top.lifecycle = ANY(CAST(:lifecycles AS text[])))
-               AS lifecycle_ok,
-           sum(i.idf * top.impact) AS approx
-    FROM idf i
-    CROSS JOIN LATERAL (
-        SELECT e.chunk_id, e.impact, s.lifecycle
-        FROM term_stats s
-        CROSS JOIN LATERAL (
-            SELECT COALESCE((SELECT t.chunk_ids FROM posting_tombstones t
-                             WHERE t.lexeme = s.lexeme
-                               AND t.permission_scope = s.permission_scope
-                               AND t.lifecycle = s.lifecycle),
-                            CAST('{{}}' AS bigint[])) AS dead
-        ) AS d
-        CROSS JOIN LATERAL (
-            -- The bound strongest live postings of the group's first blocks, and tau: the
-            -- weakest of them, or 0 (read every block) when they are fewer than the bound.
-            -- Only if the last of those blocks reaches above tau can another block hold a
-            -- stronger posting (a merged group's blocks are disjoint: usually none does).
-            SELECT array_agg(f.chunk_id) AS ids, array_agg(f.impact) AS impacts,
-                   CASE WHEN count(*) < i.bound THEN CAST(0 AS real) ELSE min(f.impact) END
-                       AS tau,
-                   COALESCE(max(f.blocks) >= (i.bound + {block} - 1) / {block} + 1
-                            AND max(f.floor) > CASE WHEN count(*) < i.bound THEN 0
-                                                    ELSE min(f.impact) END, true) AS more
-            FROM (
-                SELECT x.chunk_id, x.impact, b.blocks, b.floor
-                FROM (SELECT b.chunk_ids, b.impacts, count(*) OVER () AS blocks,
-                             min(b.max_impact) OVER () AS floor
-                      FROM (SELECT b.chunk_ids, b.impacts, b.max_impact FROM posting_blocks b
-                            WHERE b.lexeme = s.lexeme
-                              AND b.permission_scope = s.permission_scope
-                              AND b.lifecycle = s.lifecycle
-                            ORDER BY b.max_impact DESC
-                            LIMIT (i.bound + {block} - 1) / {block} + 1) AS b) AS b
-                CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
-                WHERE x.chunk_id <> ALL(d.dead)
-                ORDER BY x.impact DESC, x.chunk_id
-                LIMIT i.bound
-            ) AS f
-        ) AS th
-        CROSS JOIN LATERAL (
-            -- If no other block can (not more), the first blocks' postings are the answer as
-            -- they are; else every live posting stronger than tau is in a block whose maximum
-            -- exceeds tau, and those equal to tau come from the first blocks (block order).
-            SELECT x.chunk_id, x.impact
-            FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
-            WHERE NOT th.more
-            UNION ALL
-            (SELECT y.chunk_id, y.impact
-             FROM (
-                 SELECT x.chunk_id, x.impact
-                 FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
-                 UNION
-                 SELECT x.chunk_id, x.impact
-                 FROM posting_blocks b
-                 CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
-                 WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
-                   AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau
-                   AND x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
-             ) AS y
-             WHERE th.more
-             ORDER BY y.impact DESC, y.chunk_id
-             LIMIT i.bound)
-        ) AS e
-        WHERE s.lexeme = i.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
-          AND s.lifecycle <> 'deleted' AND s.df > 0
-        ORDER BY e.impact DESC, e.chunk_id
-        LIMIT i.bound
-    ) AS top
-    GROUP BY top.chunk_id
-"""
-
-_CHECKED = """
-    -- Filters are per document: every candidate carries its document's verdict before
-    -- the stage-2 cut, so a selective filter cannot empty the lexical arm.
-    SELECT k.chunk_id, k.approx, c.doc_id, c.ordinal, c.token_count, c.tsv,
-           (NOT :qcheck OR c.tsv @@ q.tsq) AS query_ok, dv.filter_ok
-    FROM candidates k
-    CROSS JOIN q
-    {chunk}
-    CROSS JOIN LATERAL (
-        SELECT ({filter}) AS filter_ok FROM documents d
-        WHERE d.doc_id = c.doc_id LIMIT 1
-    ) dv
-    WHERE k.lifecycle_ok
-"""
-
-_RANKED = """
-    -- Stage 2, in stage-1 order: each chunk by primary key (LATERAL, whatever the planner
-    -- guesses), the full query (phrases, negation) checked on its tsvector when the query
-    -- has any, and the first lex_chunks that pass kept for exact scoring.
-    SELECT chunk_id, doc_id, ordinal, token_count, tsv
-    FROM {source}
-    LIMIT {lex_chunks}
-"""
-
-_RANKED_SOURCE = """(SELECT * FROM candidates WHERE lifecycle_ok ORDER BY approx DESC, chunk_id
-     -- Without phrases or negations no candidate is rejected below, so only the first
-     -- lex_chunks are needed: a bounded (top-N) sort instead of sorting every candidate.
-     LIMIT CASE WHEN :qcheck THEN NULL ELSE {lex_chunks} END) k
-    CROSS JOIN q
-    {chunk}
-    WHERE NOT :qcheck OR c.tsv @@ q.tsq
-    ORDER BY k.approx DESC, k.chunk_id"""
-
-_RANKED_SOURCE_CHECKED = "checked WHERE query_ok AND filter_ok ORDER BY approx DESC, chunk_id"
-
-_LIFECYCLE_OUT = """
-    -- Candidates excluded by lifecycle, per document (statistics only; usually none).
-    SELECT count(DISTINCT c.doc_id) AS docs
-    FROM candidates k
-    CROSS JOIN q
-    {chunk}
-    WHERE NOT k.lifecycle_ok AND (NOT :qcheck OR c.tsv @@ q.tsq)
-"""
-
-_CHUNK_BM25 = """
-    -- Exact BM25 of the kept chunks over every query term. Term frequencies come from the
-    -- chunk's own tsvector, already read in stage 2 (the postings' tf is derived from it
-    -- the same way), so no index is probed per (chunk, term). The query's lexemes are
-    -- marked (setweight) and kept (ts_filter) inside the tsvector before it is unnested:
-    -- a row per matched term instead of one per lexeme of the chunk (~65), a third of
-    -- the stage's time. Every lexeme of a to_tsvector result has positions, so none is
-    -- lost to the filter. (The matched terms are listed for the hits only, in ``hits``.)
-    -- Summed in lexeme order: a float sum depends on its order, and equal chunks must get
-    -- equal scores (then the document id decides, as the contract says).
-    SELECT r.doc_id, r.ordinal,
-           sum(i.idf * (t.tf * ({k1} + 1))
-               / (t.tf + {k1} * (1 - {b} + {b} * r.token_count / i.avgdl))
-               ORDER BY u.lexeme)
-               AS score
-    FROM ranked r
-    CROSS JOIN q
-    CROSS JOIN LATERAL unnest(ts_filter(setweight(r.tsv, 'A', q.terms), '{{a}}')) AS u
-    JOIN idf i ON i.lexeme = u.lexeme
-    CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
-    GROUP BY r.doc_id, r.ordinal
-"""
-
-_LEXICAL = """
-    SELECT doc_id, lexical_score, lexical_chunk,
-           row_number() OVER (ORDER BY lexical_score DESC, doc_id) AS lexical_rank
-    FROM (
-        SELECT DISTINCT ON (doc_id) doc_id, score AS lexical_score, ordinal AS lexical_chunk
-        FROM chunk_bm25
-        ORDER BY doc_id, score DESC, ordinal
-    ) best
-    ORDER BY lexical_score DESC, doc_id
-    LIMIT {pool}
-"""
 
 _MX = "SELECT max(lexical_score) AS top FROM lexical"
 
@@ -426,28 +185,30 @@ def _statement(document_filter: str | None, fusion: FusionSettings, limits: Sear
     }
     consts["rrf_k"] = sql.Literal(fusion.rrf_k)
     consts["lexical_weight"] = sql.Literal(float(fusion.lexical_weight))
-    chunk = sql.SQL(_CHUNK_BY_KEY)
+    chunk = sql.SQL(lexical.CHUNK_BY_KEY)
     filtered = document_filter is not None
     doc_filter = sql.SQL(document_filter or "")
     in_docs = sql.SQL(vector.IN_FILTERED_DOCS if filtered else "").format(filter=doc_filter)
     ctes = [
-        _part("q0", _Q0),
-        _part("q", _Q),
-        _part("visible", _VISIBLE, True),
-        _part("df", _DF, True),
-        _part("idf", _IDF, True, min_idf=_double(MIN_IDF), **consts),
-        _part("candidates", _CANDIDATES, True, block=sql.Literal(BLOCK_SIZE)),
+        _part("q0", lexical.Q0),
+        _part("q", lexical.Q),
+        _part("visible", lexical.VISIBLE, True),
+        _part("df", lexical.DF, True),
+        _part("idf", lexical.IDF, True, min_idf=_double(lexical.MIN_IDF), **consts),
+        _part("candidates", lexical.CANDIDATES, True, block=sql.Literal(lexical.BLOCK_SIZE)),
     ]
     if filtered:
-        ctes.append(_part("checked", _CHECKED, True, chunk=chunk, filter=doc_filter))
-        source: sql.Composable = sql.SQL(_RANKED_SOURCE_CHECKED)
+        ctes.append(_part("checked", lexical.CHECKED, True, chunk=chunk, filter=doc_filter))
+        source: sql.Composable = sql.SQL(lexical.RANKED_SOURCE_CHECKED)
     else:
-        source = sql.SQL(_RANKED_SOURCE).format(chunk=chunk, **consts)
+        source = sql.SQL(lexical.RANKED_SOURCE).format(chunk=chunk, **consts)
     ctes += [
-        _part("ranked", _RANKED, True, source=source, **consts),
-        _part("lifecycle_out", _LIFECYCLE_OUT, True, chunk=chunk),
-        _part("chunk_bm25", _CHUNK_BM25, k1=_double(BM25_K1), b=_double(BM25_B)),
-        _part("lexical", _LEXICAL, **consts),
+        _part("ranked", lexical.RANKED, True, source=source, **consts),
+        _part("lifecycle_out", lexical.LIFECYCLE_OUT, True, chunk=chunk),
+        _part(
+            "chunk_bm25", lexical.CHUNK_BM25, k1=_double(lexical.BM25_K1), b=_double(lexical.BM25_B)
+        ),
+        _part("lexical", lexical.LEXICAL, **consts),
         *(
             [
                 _part("partitions", vector.PARTITIONS, True),
