@@ -82,17 +82,20 @@ def test_each_visible_scope_gives_at_most_the_bound(
         assert sum(rows for rows, _ in _postings_scans(plan)) <= 4, "\n".join(plan)
 
 
-def test_a_common_term_gives_its_share_of_postings_to_a_rare_one(
+def test_a_common_term_of_a_long_query_gives_its_share_of_postings_to_rare_ones(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
     # "glacier" is in every chunk, so each of its postings adds almost nothing to a score;
-    # "moraine" is in three. The query's budget (three times lexical_per_term) is shared
-    # by idf: the common term reads only the floor of 100 postings, the rare one all of
-    # its own. An equal split would give the common term its whole bound of 200.
+    # the four other words are in three chunks each. A query of more than four terms
+    # shares its budget (three times lexical_per_term) by idf: the common term reads only
+    # the floor of 100 postings, the rare ones all of theirs. An equal split of the budget
+    # would give each term 160 (800 / 5); a query of up to four terms keeps 200 per term.
     crowd = _docs("s", "glacier survey {i}", 1000)
     rare = [
         ContextDocumentRecord(
-            document_id=f"rare-{i}", body=f"glacier moraine note {i}", permission_scope="s"
+            document_id=f"rare-{i}",
+            body=f"glacier moraine cirque esker drumlin note {i}",
+            permission_scope="s",
         )
         for i in range(3)
     ]
@@ -104,13 +107,15 @@ def test_a_common_term_gives_its_share_of_postings_to_a_rare_one(
         pool_size=200,  # 300 chunks scored exactly: every candidate is counted
     ) as c:
         c.upsert([*crowd, *rare])
-        query = SearchQuery(query="glacier moraine", allowed_scopes=["s"], top_k=3)
-        resp = c.search(query)
+        long_query = SearchQuery(
+            query="glacier moraine cirque esker drumlin", allowed_scopes=["s"], top_k=3
+        )
+        resp = c.search(long_query)
         assert sorted(h.doc_id for h in resp.hits) == ["rare-0", "rare-1", "rare-2"]
         # The three rare chunks and glacier's first 100 postings (all in the crowd's
-        # shorter chunks, where glacier is stronger), not its first 200.
+        # shorter chunks, where glacier is stronger), not its first 160.
         assert resp.stats.lexical_matches == 100 + 3
 
-        # A term alone keeps its whole bound.
-        alone = c.search(SearchQuery(query="glacier", allowed_scopes=["s"], top_k=3))
-        assert alone.stats.lexical_matches == 200
+        # Up to four terms, each keeps its whole bound: glacier's first 200.
+        short = c.search(SearchQuery(query="glacier moraine", allowed_scopes=["s"], top_k=3))
+        assert short.stats.lexical_matches == 200 + 3

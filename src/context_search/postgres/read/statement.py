@@ -139,8 +139,8 @@ class SearchStatements:
             lex_chunks=min(1000, pool * 3 // 2),
             exact_threshold=self.exact_threshold,
             exact_scale=self.exact_scale,
-            # Postings per term: three bounds shared by the query's terms by idf, at most
-            # the configured bound per term and never below 100.
+            # Postings per term: the configured bound for queries of up to four terms, then
+            # three bounds shared by the terms by idf (never below 100).
             per_term=self.per_term,
             per_term_floor=min(self.per_term, 100),
             lexical_budget=3 * self.per_term,

@@ -94,14 +94,17 @@ DF = """
 """
 
 IDF = """
-    -- Postings read per term (its bound): the query's budget of postings shared in
-    -- proportion to idf squared, at most per_term and never below per_term_floor. A rare
-    -- term's few postings are all read; a common one, whose every posting adds little to a
-    -- score, gives up its share (MaxScore's reasoning, as a budget): on the 100k index,
-    -- fewer postings read and the same ranking (benchmarks/results/SEARCH-SPEED.md).
+    -- Postings read per term (its bound): per_term each for a query of up to four terms;
+    -- past that, the query's budget of postings shared in proportion to idf squared, at
+    -- most per_term and never below per_term_floor. A rare term's few postings are all
+    -- read; a common one, whose every posting adds little to a score (and whose count in
+    -- each scored chunk stage 2 reads from the chunk itself), gives up its share:
+    -- MaxScore's reasoning, as a budget (benchmarks/results/SEARCH-SPEED.md).
     SELECT w.lexeme, w.avgdl, w.idf,
-           CAST(LEAST({per_term}, GREATEST({per_term_floor},
-                {lexical_budget} * w.weight / sum(w.weight) OVER ())) AS bigint) AS bound
+           CASE WHEN count(*) OVER () <= 4 THEN {per_term}
+                ELSE CAST(LEAST({per_term}, GREATEST({per_term_floor},
+                     {lexical_budget} * w.weight / sum(w.weight) OVER ())) AS bigint)
+           END AS bound
     FROM (
         -- Scores are double precision throughout: the counters' sums are numeric, and
         -- numeric arithmetic on every stage-1 posting cost ~1 ms of a 10 ms search at 100k.
