@@ -23,7 +23,7 @@ from context_search.postgres.engine.bodies import held_by_chunks
 from context_search.postgres.engine.postings import TOKEN_COUNT
 from context_search.postgres.engine.vectors import halfvec_literal
 from context_search.postgres.settings import IndexSettings
-from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks
+from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks, counted
 from context_search.postgres.write.gate import LOCK_DOCS, enter_write, lock_documents
 from context_search.postgres.write.records import PreparedRecord
 from context_search.text import Chunk
@@ -173,7 +173,7 @@ _LOCK_STORED = lock_documents(
 )
 
 _INSERT_CHUNKS = text(
-    f"""
+    counted(f"""
     INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
                         embedding, permission_scope, lifecycle, content_id, config_revision)
     SELECT v.doc_id, v.ordinal, v.start_byte, v.end_byte, v.text,
@@ -186,8 +186,7 @@ _INSERT_CHUNKS = text(
              AS u(doc_id, ordinal, start_byte, end_byte, text, index_text, embedding, scope,
                   lifecycle, content_id)
         OFFSET 0  -- a fence: pulled up, the subquery's tsv would be computed twice per row
-    ) AS v
-    """  # noqa: S608
+    ) AS v""")  # noqa: S608
 ).bindparams(
     bindparam("doc_ids", type_=ARRAY(Text)),
     bindparam("ordinals", type_=ARRAY(Integer)),
@@ -414,8 +413,9 @@ def replace_chunks(
     *,
     new: AbstractSet[str] = frozenset(),
 ) -> int:
-    """Swap the index entries of ``sources`` for new ones, statistics and postings included,
-    and record what they were built from. Returns the number of chunks written.
+    """Swap the index entries of ``sources`` for new ones, statistics and postings included
+    (the new chunks' scope counters by the statement that writes them), and record what they
+    were built from. Returns the number of chunks written.
 
     A batch of at least ``COPY_MIN_CHUNKS`` chunks is streamed with binary COPY and merged
     set-based (:mod:`context_search.postgres.write.copy`); a smaller one is one INSERT."""
@@ -428,7 +428,6 @@ def replace_chunks(
         i = copy_chunks(conn, sources, vectors, settings.revision, settings.text_search_config)
     else:
         i = _insert_chunks(conn, sources, vectors, settings)
-    conn.execute(STATS_DELTA, {"ids": ids, "sign": 1})
     held = [None if s.body is None else held_by_chunks(s.body, s.chunks) for s in sources]
     conn.execute(
         _SET_INDEXED,
@@ -451,7 +450,8 @@ def _insert_chunks(
     vectors: np.ndarray[Any, Any],
     settings: IndexSettings,
 ) -> int:
-    """A small batch: chunks as parameter arrays in one INSERT (postings by trigger)."""
+    """A small batch: chunks as parameter arrays in one INSERT (postings by trigger, scope
+    counters by the same statement)."""
     cols: dict[str, list[Any]] = {
         k: []
         for k in (

@@ -26,7 +26,7 @@ from context_search.postgres.engine.vectors import halfvec_oid, halfvec_rows
 if TYPE_CHECKING:
     from context_search.postgres.write.batch import ChunkSource
 
-__all__ = ["COPY_MIN_CHUNKS", "copy_chunks"]
+__all__ = ["COPY_MIN_CHUNKS", "copy_chunks", "counted"]
 
 
 #: A batch with at least this many chunks is staged with COPY (below, one INSERT of
@@ -44,10 +44,31 @@ _COPY = (
     "permission_scope, lifecycle, content_id) FROM STDIN (FORMAT BINARY)"
 )
 
-#: Chunks from the staging table in one statement: the statement trigger on ``chunks`` cuts
-#: the batch's postings into blocks and applies one ``term_stats`` delta for all of it.
+
+def counted(insert: str) -> str:
+    """``insert`` (an ``INSERT INTO chunks``) with the scope counters' delta for the rows it
+    wrote, in the same statement: the rows come back by ``RETURNING`` instead of being read
+    again from ``chunks`` by document id afterwards (1,024 index probes and heap reads per
+    batch, a few per cent of a load). Counters are locked in key order, as every writer
+    locks them."""
+    return f"""
+        WITH written AS ({insert}
+            RETURNING permission_scope, lifecycle, token_count)
+        INSERT INTO scope_stats (permission_scope, lifecycle, chunks, tokens)
+        SELECT permission_scope, lifecycle, count(*), COALESCE(sum(token_count), 0)
+        FROM written
+        GROUP BY permission_scope, lifecycle
+        ORDER BY permission_scope, lifecycle
+        ON CONFLICT (permission_scope, lifecycle) DO UPDATE
+        SET chunks = scope_stats.chunks + EXCLUDED.chunks,
+            tokens = scope_stats.tokens + EXCLUDED.tokens"""  # noqa: S608
+
+
+#: Chunks from the staging table and their scope counters in one statement: the statement
+#: trigger on ``chunks`` cuts the batch's postings into blocks and applies one
+#: ``term_stats`` delta for all of it.
 _MERGE = text(
-    f"""
+    counted(f"""
         INSERT INTO chunks (doc_id, ordinal, start_byte, end_byte, text, token_count, tsv,
                             embedding, permission_scope, lifecycle, content_id,
                             config_revision)
@@ -58,8 +79,7 @@ _MERGE = text(
             SELECT s.*, to_tsvector(CAST(:ts_config AS regconfig), s.index_text) AS tsv
             FROM pg_temp.cs_stage_chunks AS s
             OFFSET 0  -- a fence: pulled up, the tsv would be computed twice per row
-        ) AS v
-    """  # noqa: S608
+        ) AS v""")  # noqa: S608
 )
 
 
@@ -70,8 +90,9 @@ def copy_chunks(
     revision: int,
     ts_config: str,
 ) -> int:
-    """Stage ``sources``' chunks with binary COPY and merge them (and their postings) into
-    the index, in the caller's transaction. Returns the number of chunks written."""
+    """Stage ``sources``' chunks with binary COPY and merge them (their postings and scope
+    counters too) into the index, in the caller's transaction. Returns the number of chunks
+    written."""
     conn.execute(_CREATE_STAGE)
     raw = driver_of(conn)
     vector = halfvec_oid(raw)
