@@ -82,40 +82,40 @@ def test_each_visible_scope_gives_at_most_the_bound(
         assert sum(rows for rows, _ in _postings_scans(plan)) <= 4, "\n".join(plan)
 
 
-def test_a_common_term_of_a_long_query_gives_its_share_of_postings_to_rare_ones(
+def test_a_long_query_shares_its_postings_budget(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
-    # "glacier" is in every chunk, so each of its postings adds almost nothing to a score;
-    # the four other words are in three chunks each. A query of more than four terms
-    # shares its budget (three times lexical_per_term) by idf: the common term reads only
-    # the floor of 100 postings, the rare ones all of theirs. An equal split of the budget
-    # would give each term 160 (800 / 5); a query of up to four terms keeps 200 per term.
-    crowd = _docs("s", "glacier survey {i}", 1000)
+    # Five words, each in 1,000 short chunks of its own (equal idf), two rare words in the
+    # same three chunks. lexical_per_term=200: a query's budget is 600. Every candidate is
+    # counted: 1,000 chunks are scored exactly (pool_size 667).
+    words = ("glacier", "volcano", "canyon", "meadow", "tundra")
+    crowds = [doc for w in words for doc in _docs(w, w + " note {i}", 1000)]
     rare = [
         ContextDocumentRecord(
-            document_id=f"rare-{i}",
-            body=f"glacier moraine cirque esker drumlin note {i}",
-            permission_scope="s",
+            document_id=f"rare-{i}", body=f"moraine esker field {i}", permission_scope="s"
         )
         for i in range(3)
     ]
+    scopes = ["s", *words]
     with PostgresSearchConnector.open(
         context_search_dsn,
         schema=context_search_schema,
         embedder=HashingEmbedder(),
         lexical_per_term=200,
-        pool_size=200,  # 300 chunks scored exactly: every candidate is counted
+        pool_size=667,
     ) as c:
-        c.upsert([*crowd, *rare])
-        long_query = SearchQuery(
-            query="glacier moraine cirque esker drumlin", allowed_scopes=["s"], top_k=3
-        )
-        resp = c.search(long_query)
-        assert sorted(h.doc_id for h in resp.hits) == ["rare-0", "rare-1", "rare-2"]
-        # The three rare chunks and glacier's first 100 postings (all in the crowd's
-        # shorter chunks, where glacier is stronger), not its first 160.
-        assert resp.stats.lexical_matches == 100 + 3
+        c.upsert([*crowds, *rare])
 
-        # Up to four terms, each keeps its whole bound: glacier's first 200.
-        short = c.search(SearchQuery(query="glacier moraine", allowed_scopes=["s"], top_k=3))
-        assert short.stats.lexical_matches == 200 + 3
+        def matches(query: str) -> int:
+            q = SearchQuery(query=query, allowed_scopes=scopes, top_k=3)
+            return c.search(q).stats.lexical_matches
+
+        # Up to four terms a visible chunk holds, each keeps its whole bound; words no
+        # chunk holds change nothing (they took most of the budget when they counted).
+        assert matches("glacier volcano") == 400
+        assert matches("glacier volcano zzqa zzqb zzqc") == 400
+        # Five: the budget split by idf squared, here equally (600 / 5 instead of 200).
+        assert matches(" ".join(words)) == 5 * 120
+        # A rare word takes only what it has (its three chunks); what its share leaves
+        # goes to the common ones: 594 / 3 each.
+        assert matches("glacier volcano canyon moraine esker") == 3 * 198 + 3

@@ -181,9 +181,9 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         walking HNSW.
         The lexical arm reads at most ``lexical_per_term`` postings per query term and
         visible scope (in impact order), which bounds its cost however common a term is;
-        the terms of a query longer than four share three times that, by idf (never fewer
-        than 100 each), so a common word of a long query reads fewer postings than its
-        rare ones.
+        the terms of a query longer than four share three times that, by idf squared (never
+        fewer than 100 each, or ``lexical_per_term`` if lower; what a rare term cannot use
+        goes to the others), so a common word of a long query reads fewer postings.
         ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.
         ``{"hnsw.ef_search": "200"}`` or ``{"enable_seqscan": "off"}`` to force the HNSW
         index on a table small enough that the planner would otherwise scan it exactly.

@@ -140,7 +140,7 @@ class SearchStatements:
             exact_threshold=self.exact_threshold,
             exact_scale=self.exact_scale,
             # Postings per term: the configured bound for queries of up to four terms, then
-            # three bounds shared by the terms by idf (never below 100).
+            # three bounds shared by the terms by idf squared (never below 100).
             per_term=self.per_term,
             per_term_floor=min(self.per_term, 100),
             lexical_budget=3 * self.per_term,

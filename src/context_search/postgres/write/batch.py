@@ -23,7 +23,7 @@ from context_search.postgres.engine.bodies import held_by_chunks
 from context_search.postgres.engine.postings import TOKEN_COUNT
 from context_search.postgres.engine.vectors import halfvec_literal
 from context_search.postgres.settings import IndexSettings
-from context_search.postgres.write.copy import COPY_MIN_CHUNKS, copy_chunks, counted
+from context_search.postgres.write.copy import COPY_MIN_CHUNKS, add_counts, copy_chunks, counted
 from context_search.postgres.write.gate import LOCK_DOCS, enter_write, lock_documents
 from context_search.postgres.write.records import PreparedRecord
 from context_search.text import Chunk
@@ -414,8 +414,8 @@ def replace_chunks(
     new: AbstractSet[str] = frozenset(),
 ) -> int:
     """Swap the index entries of ``sources`` for new ones, statistics and postings included
-    (the new chunks' scope counters by the statement that writes them), and record what they
-    were built from. Returns the number of chunks written.
+    (the new chunks' scope counters from what the statement writing them returns), and
+    record what they were built from. Returns the number of chunks written.
 
     A batch of at least ``COPY_MIN_CHUNKS`` chunks is streamed with binary COPY and merged
     set-based (:mod:`context_search.postgres.write.copy`); a smaller one is one INSERT."""
@@ -451,7 +451,7 @@ def _insert_chunks(
     settings: IndexSettings,
 ) -> int:
     """A small batch: chunks as parameter arrays in one INSERT (postings by trigger, scope
-    counters by the same statement)."""
+    counters from what it returns)."""
     cols: dict[str, list[Any]] = {
         k: []
         for k in (
@@ -481,9 +481,12 @@ def _insert_chunks(
             cols["lifecycles"].append(s.lifecycle)
             cols["content_ids"].append(s.content_id)
             i += 1
-    conn.execute(
-        _INSERT_CHUNKS,
-        {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
+    add_counts(
+        conn,
+        conn.execute(
+            _INSERT_CHUNKS,
+            {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
+        ),
     )
     return i
 

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import Connection, text
+from sqlalchemy import BigInteger, Connection, Result, Text, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from context_search.postgres.engine.drivers import driver_of
 from context_search.postgres.engine.postings import TOKEN_COUNT
@@ -26,7 +27,7 @@ from context_search.postgres.engine.vectors import halfvec_oid, halfvec_rows
 if TYPE_CHECKING:
     from context_search.postgres.write.batch import ChunkSource
 
-__all__ = ["COPY_MIN_CHUNKS", "copy_chunks", "counted"]
+__all__ = ["COPY_MIN_CHUNKS", "add_counts", "copy_chunks", "counted"]
 
 
 #: A batch with at least this many chunks is staged with COPY (below, one INSERT of
@@ -46,26 +47,56 @@ _COPY = (
 
 
 def counted(insert: str) -> str:
-    """``insert`` (an ``INSERT INTO chunks``) with the scope counters' delta for the rows it
-    wrote, in the same statement: the rows come back by ``RETURNING`` instead of being read
-    again from ``chunks`` by document id afterwards (1,024 index probes and heap reads per
-    batch, a few per cent of a load). Counters are locked in key order, as every writer
-    locks them."""
+    """``insert`` (an ``INSERT INTO chunks``) returning, per (scope, lifecycle), how many
+    chunks and tokens it wrote: the scope counters' delta, from ``RETURNING`` instead of a
+    second statement reading the rows back from ``chunks`` by document id (1,024 index
+    probes and heap reads per batch, a few per cent of a load). :func:`add_counts` applies
+    it afterwards, so the counters are still locked after the trigger's ``term_stats``,
+    in the order every writer of new chunks takes them."""
     return f"""
         WITH written AS ({insert}
             RETURNING permission_scope, lifecycle, token_count)
-        INSERT INTO scope_stats (permission_scope, lifecycle, chunks, tokens)
-        SELECT permission_scope, lifecycle, count(*), COALESCE(sum(token_count), 0)
+        SELECT permission_scope, lifecycle, count(*) AS chunks,
+               COALESCE(sum(token_count), 0) AS tokens
         FROM written
-        GROUP BY permission_scope, lifecycle
-        ORDER BY permission_scope, lifecycle
-        ON CONFLICT (permission_scope, lifecycle) DO UPDATE
-        SET chunks = scope_stats.chunks + EXCLUDED.chunks,
-            tokens = scope_stats.tokens + EXCLUDED.tokens"""  # noqa: S608
+        GROUP BY permission_scope, lifecycle"""  # noqa: S608
 
 
-#: Chunks from the staging table and their scope counters in one statement: the statement
-#: trigger on ``chunks`` cuts the batch's postings into blocks and applies one
+_ADD_COUNTS = text(
+    """
+    INSERT INTO scope_stats (permission_scope, lifecycle, chunks, tokens)
+    SELECT * FROM unnest(:scopes, :lifecycles, :chunks, :tokens)
+    ORDER BY 1, 2
+    ON CONFLICT (permission_scope, lifecycle) DO UPDATE
+    SET chunks = scope_stats.chunks + EXCLUDED.chunks,
+        tokens = scope_stats.tokens + EXCLUDED.tokens
+    """
+).bindparams(
+    bindparam("scopes", type_=ARRAY(Text)),
+    bindparam("lifecycles", type_=ARRAY(Text)),
+    bindparam("chunks", type_=ARRAY(BigInteger)),
+    bindparam("tokens", type_=ARRAY(BigInteger)),
+)
+
+
+def add_counts(conn: Connection, counts: Result[Any]) -> None:
+    """Add the per-(scope, lifecycle) ``counts`` a :func:`counted` insert returned to the
+    scope counters."""
+    rows = counts.all()
+    if rows:
+        conn.execute(
+            _ADD_COUNTS,
+            {
+                "scopes": [r.permission_scope for r in rows],
+                "lifecycles": [r.lifecycle for r in rows],
+                "chunks": [int(r.chunks) for r in rows],
+                "tokens": [int(r.tokens) for r in rows],
+            },
+        )
+
+
+#: Chunks from the staging table in one statement, returning their scope counters' delta:
+#: the statement trigger on ``chunks`` cuts the batch's postings into blocks and applies one
 #: ``term_stats`` delta for all of it.
 _MERGE = text(
     counted(f"""
@@ -119,5 +150,5 @@ def copy_chunks(
                     )
                 )
                 i += 1
-    conn.execute(_MERGE, {"revision": revision, "ts_config": ts_config})
+    add_counts(conn, conn.execute(_MERGE, {"revision": revision, "ts_config": ts_config}))
     return i

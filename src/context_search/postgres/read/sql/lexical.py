@@ -3,8 +3,9 @@ impact-ordered blocks, in two stages.
 
 Stage 1 scores candidates from the postings alone: the strongest live postings of each
 query term (idf x impact, the impact being BM25's term-frequency part at a reference
-length), a query's budget of postings shared by its terms by idf. Stage 2 fetches the best
-candidates by key, checks phrases and negations on their tsvectors, and scores the first
+length); a query of more than four terms shares a budget of postings by idf squared.
+Stage 2 fetches the best candidates by key, checks phrases and negations on their
+tsvectors, and scores the first
 ``lex_chunks`` exactly over every query term with the collection statistics of exactly the
 chunks the caller may see (``term_stats`` and ``scope_stats``), so no score depends on
 rows the caller cannot read. Chunks are grouped to documents (best chunk wins) before the
@@ -94,27 +95,43 @@ DF = """
 """
 
 IDF = """
-    -- Postings read per term (its bound): per_term each for a query of up to four terms;
-    -- past that, the query's budget of postings shared in proportion to idf squared, at
-    -- most per_term and never below per_term_floor. A rare term's few postings are all
-    -- read; a common one, whose every posting adds little to a score (and whose count in
-    -- each scored chunk stage 2 reads from the chunk itself), gives up its share:
-    -- MaxScore's reasoning, as a budget (benchmarks/results/SEARCH-SPEED.md).
-    SELECT w.lexeme, w.avgdl, w.idf,
-           CASE WHEN count(*) OVER () <= 4 THEN {per_term}
+    -- Postings read per term (its bound): per_term each when the query has at most four
+    -- terms that a visible chunk holds. Past that, the query's budget of postings is shared
+    -- in proportion to idf squared: a common term, whose every posting adds little to a
+    -- score (and whose count in each scored chunk stage 2 reads from the chunk itself),
+    -- gets less than a rare one (MaxScore's reasoning, as a budget). A term that needs no
+    -- more than its share (all of its postings, at most per_term) takes only that; what it
+    -- leaves goes to the terms that need more, by the same weights, each at most per_term
+    -- and never below per_term_floor. Words no visible chunk holds take nothing
+    -- (benchmarks/results/SEARCH-SPEED.md).
+    SELECT s.lexeme, s.avgdl, s.idf,
+           CASE WHEN s.terms <= 4 OR s.need <= s.share THEN {per_term}
                 ELSE CAST(LEAST({per_term}, GREATEST({per_term_floor},
-                     {lexical_budget} * w.weight / sum(w.weight) OVER ())) AS bigint)
+                     ({lexical_budget} - COALESCE(s.used, 0)) * s.weight / s.unmet))
+                     AS bigint)
            END AS bound
     FROM (
-        -- Scores are double precision throughout: the counters' sums are numeric, and
-        -- numeric arithmetic on every stage-1 posting cost ~1 ms of a 10 ms search at 100k.
-        SELECT df.lexeme, df.avgdl, x.idf, power(GREATEST(x.idf, {min_idf}), 2) AS weight
-        FROM df
-        CROSS JOIN LATERAL (
-            SELECT ln(1 + (CAST(df.n AS double precision) - df.df + 0.5) / (df.df + 0.5))
-                AS idf
-        ) AS x
-    ) AS w
+        SELECT w.*,
+               sum(w.need) FILTER (WHERE w.need <= w.share) OVER () AS used,
+               sum(w.weight) FILTER (WHERE w.need > w.share) OVER () AS unmet
+        FROM (
+            SELECT v.*, {lexical_budget} * v.weight / sum(v.weight) OVER () AS share,
+                   count(*) FILTER (WHERE v.need > 0) OVER () AS terms
+            FROM (
+                -- Scores are double precision throughout: the counters' sums are numeric,
+                -- and numeric arithmetic on every stage-1 posting cost ~1 ms of a 10 ms
+                -- search at 100k chunks.
+                SELECT df.lexeme, df.avgdl, x.idf,
+                       LEAST(CAST(df.df AS double precision), {per_term}) AS need,
+                       power(GREATEST(x.idf, {min_idf}), 2) AS weight
+                FROM df
+                CROSS JOIN LATERAL (
+                    SELECT ln(1 + (CAST(df.n AS double precision) - df.df + 0.5)
+                                  / (df.df + 0.5)) AS idf
+                ) AS x
+            ) AS v
+        ) AS w
+    ) AS s
 """
 
 CANDIDATES = """
