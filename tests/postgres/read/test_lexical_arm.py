@@ -86,7 +86,7 @@ def test_a_long_query_shares_its_postings_budget(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
     # Five words, each in 1,000 short chunks of its own (equal idf), two rare words in the
-    # same three chunks. lexical_per_term=200: a query's budget is 600. Every candidate is
+    # same three chunks. lexical_per_term=300: a query's budget is 750. Every candidate is
     # counted: 1,000 chunks are scored exactly (pool_size 667).
     words = ("glacier", "volcano", "canyon", "meadow", "tundra")
     crowds = [doc for w in words for doc in _docs(w, w + " note {i}", 1000)]
@@ -101,7 +101,7 @@ def test_a_long_query_shares_its_postings_budget(
         context_search_dsn,
         schema=context_search_schema,
         embedder=HashingEmbedder(),
-        lexical_per_term=200,
+        lexical_per_term=300,
         pool_size=667,
     ) as c:
         c.upsert([*crowds, *rare])
@@ -112,10 +112,10 @@ def test_a_long_query_shares_its_postings_budget(
 
         # Up to four terms a visible chunk holds, each keeps its whole bound; words no
         # chunk holds change nothing (they took most of the budget when they counted).
-        assert matches("glacier volcano") == 400
-        assert matches("glacier volcano zzqa zzqb zzqc") == 400
-        # Five: the budget split by idf squared, here equally (600 / 5 instead of 200).
-        assert matches(" ".join(words)) == 5 * 120
+        assert matches("glacier volcano") == 600
+        assert matches("glacier volcano zzqa zzqb zzqc") == 600
+        # Five: the budget split by idf squared, here equally (750 / 5 instead of 300).
+        assert matches(" ".join(words)) == 5 * 150
         # A rare word takes only what it has (its three chunks); what its share leaves
-        # goes to the common ones: 594 / 3 each.
-        assert matches("glacier volcano canyon moraine esker") == 3 * 198 + 3
+        # goes to the common ones: 744 / 3 each.
+        assert matches("glacier volcano canyon moraine esker") == 3 * 248 + 3

@@ -181,7 +181,7 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         walking HNSW.
         The lexical arm reads at most ``lexical_per_term`` postings per query term and
         visible scope (in impact order), which bounds its cost however common a term is;
-        the terms of a query longer than four share three times that, by idf squared (never
+        the terms of a query longer than four share 2.5 times that, by idf squared (never
         fewer than 100 each, or ``lexical_per_term`` if lower; what a rare term cannot use
         goes to the others), so a common word of a long query reads fewer postings.
         ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.

@@ -140,10 +140,10 @@ class SearchStatements:
             exact_threshold=self.exact_threshold,
             exact_scale=self.exact_scale,
             # Postings per term: the configured bound for queries of up to four terms, then
-            # three bounds shared by the terms by idf squared (never below 100).
+            # two and a half bounds shared by the terms by idf squared (never below 100).
             per_term=self.per_term,
             per_term_floor=min(self.per_term, 100),
-            lexical_budget=3 * self.per_term,
+            lexical_budget=5 * self.per_term // 2,
             partitioned=self.partitioned,
             dimension=self.dimension,
             binary_candidates=self.chunk_pool() * self.binary_rerank,
