@@ -93,8 +93,11 @@ def _statement_ms(
 
 def _ranking(store: PostgresSearchConnector, data: Dataset) -> dict[str, Any]:
     """nDCG@10 of the judged test queries (default search, lexical arm) and the median
-    buffers per search."""
+    buffers per search. Comparable only between runs on the same index: with ``--chunks``
+    below the data set's own size some judged documents are not indexed at all."""
     judged = sorted(q for q in data.queries if data.qrels.get(q))
+    if not judged:
+        return {"queries": 0}
     default: dict[str, list[str]] = {}
     lexical: dict[str, list[str]] = {}
     buffers = []
