@@ -96,6 +96,9 @@ def test_a_long_query_shares_its_postings_budget(
         )
         for i in range(3)
     ]
+    # A word of middling frequency: its need (60) is under its share only while the
+    # shares are counted over the words the index holds.
+    mid = _docs("s", "cirque note {i}", 60)
     scopes = ["s", *words]
     with PostgresSearchConnector.open(
         context_search_dsn,
@@ -104,7 +107,7 @@ def test_a_long_query_shares_its_postings_budget(
         lexical_per_term=300,
         pool_size=667,
     ) as c:
-        c.upsert([*crowds, *rare])
+        c.upsert([*crowds, *rare, *mid])
 
         def matches(query: str) -> int:
             q = SearchQuery(query=query, allowed_scopes=scopes, top_k=3)
@@ -119,3 +122,8 @@ def test_a_long_query_shares_its_postings_budget(
         # A rare word takes only what it has (its three chunks); what its share leaves
         # goes to the common ones: 744 / 3 each.
         assert matches("glacier volcano canyon moraine esker") == 3 * 248 + 3
+        # cirque and moraine take what they have (60 and 3); the common words share the
+        # rest (687 / 3). Words no visible chunk holds change nothing past four terms either.
+        mixed = "glacier volcano canyon cirque moraine"
+        assert matches(mixed) == 3 * 229 + 60 + 3
+        assert matches(mixed + " zzqa zzqb zzqc") == 3 * 229 + 60 + 3

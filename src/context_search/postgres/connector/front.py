@@ -181,9 +181,10 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         walking HNSW.
         The lexical arm reads at most ``lexical_per_term`` postings per query term and
         visible scope (in impact order), which bounds its cost however common a term is;
-        the terms of a query longer than four share 2.5 times that, by idf squared (never
-        fewer than 100 each, or ``lexical_per_term`` if lower; what a rare term cannot use
-        goes to the others), so a common word of a long query reads fewer postings.
+        the terms of a query with more than four that a visible chunk holds share 2.5 times
+        that, by idf squared (never fewer than 100 each, or ``lexical_per_term`` if lower;
+        what a rare term cannot use goes, in one round, to the others), so a common word of
+        a long query reads fewer postings.
         ``planner_settings`` are applied with ``SET LOCAL`` to every search, e.g.
         ``{"hnsw.ef_search": "200"}`` or ``{"enable_seqscan": "off"}`` to force the HNSW
         index on a table small enough that the planner would otherwise scan it exactly.

@@ -139,8 +139,9 @@ class SearchStatements:
             lex_chunks=min(1000, pool * 3 // 2),
             exact_threshold=self.exact_threshold,
             exact_scale=self.exact_scale,
-            # Postings per term: the configured bound for queries of up to four terms, then
-            # two and a half bounds shared by the terms by idf squared (never below 100).
+            # Postings per term: the configured bound for queries of up to four terms (of
+            # those a visible chunk holds), then two and a half bounds shared by idf squared,
+            # never below the floor (100, or the bound if lower).
             per_term=self.per_term,
             per_term_floor=min(self.per_term, 100),
             lexical_budget=5 * self.per_term // 2,

@@ -51,8 +51,9 @@ def counted(insert: str) -> str:
     chunks and tokens it wrote: the scope counters' delta, from ``RETURNING`` instead of a
     second statement reading the rows back from ``chunks`` by document id (1,024 index
     probes and heap reads per batch, a few per cent of a load). :func:`add_counts` applies
-    it afterwards, so the counters are still locked after the trigger's ``term_stats``,
-    in the order every writer of new chunks takes them."""
+    it afterwards, after the trigger's ``term_stats``, as the statement it replaces did.
+    (Writers that first take chunks away, a replaced document or a rescope, lock the
+    counters before ``term_stats``; the connector retries a deadlock between the two.)"""
     return f"""
         WITH written AS ({insert}
             RETURNING permission_scope, lifecycle, token_count)

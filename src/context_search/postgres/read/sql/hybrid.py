@@ -158,7 +158,7 @@ class SearchLimits:
     exact_scale: int  # or more, up to sqrt(exact_scale x chunks in the index)
     per_term: int  # postings read per query term
     per_term_floor: int  # never fewer per term, however many terms
-    lexical_budget: int  # postings shared by a query's terms, by idf
+    lexical_budget: int  # postings a query of more than four terms shares, by idf squared
     partitioned: bool = False  # chunks partitioned by scope: size the exact path by partition
     dimension: int = 384  # the vectors' width (a graph of bits is over bit(dimension))
     binary_candidates: int = 400  # a graph of bits' candidates, re-ranked by exact distance

@@ -100,10 +100,10 @@ IDF = """
     -- in proportion to idf squared: a common term, whose every posting adds little to a
     -- score (and whose count in each scored chunk stage 2 reads from the chunk itself),
     -- gets less than a rare one (MaxScore's reasoning, as a budget). A term that needs no
-    -- more than its share (all of its postings, at most per_term) takes only that; what it
-    -- leaves goes to the terms that need more, by the same weights, each at most per_term
-    -- and never below per_term_floor. Words no visible chunk holds take nothing
-    -- (benchmarks/results/SEARCH-SPEED.md).
+    -- more than its share (all of its postings, at most per_term) takes only that; what
+    -- such terms leave goes, in one round, to the terms that need more, by the same
+    -- weights, each at most per_term and never below per_term_floor. Words no visible
+    -- chunk holds take nothing and are not counted (benchmarks/results/SEARCH-SPEED.md).
     SELECT s.lexeme, s.avgdl, s.idf,
            CASE WHEN s.terms <= 4 OR s.need <= s.share THEN {per_term}
                 ELSE CAST(LEAST({per_term}, GREATEST({per_term_floor},
@@ -115,7 +115,9 @@ IDF = """
                sum(w.need) FILTER (WHERE w.need <= w.share) OVER () AS used,
                sum(w.weight) FILTER (WHERE w.need > w.share) OVER () AS unmet
         FROM (
-            SELECT v.*, {lexical_budget} * v.weight / sum(v.weight) OVER () AS share,
+            SELECT v.*,
+                   {lexical_budget} * v.weight
+                       / sum(v.weight) FILTER (WHERE v.need > 0) OVER () AS share,
                    count(*) FILTER (WHERE v.need > 0) OVER () AS terms
             FROM (
                 -- Scores are double precision throughout: the counters' sums are numeric,
