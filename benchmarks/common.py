@@ -136,6 +136,15 @@ def mrr_at(ranked: Sequence[str], relevant: set[str], k: int = 10) -> float:
     return next((1.0 / (i + 1) for i, d in enumerate(ranked[:k]) if d in relevant), 0.0)
 
 
+def rank_order(entries: Any, attr: str) -> list[str]:
+    """Document ids of rank-log ``entries`` in the order of one arm's rank (``attr``, e.g.
+    ``lexical_rank``), leaving out those the arm did not rank."""
+    ranked = sorted(
+        (e for e in entries if getattr(e, attr) is not None), key=lambda e: getattr(e, attr)
+    )
+    return [e.doc_id for e in ranked]
+
+
 def quality(runs: dict[str, list[str]], qrels: dict[str, set[str]]) -> dict[str, float]:
     order = sorted(runs)
     return {

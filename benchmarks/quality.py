@@ -34,6 +34,7 @@ from benchmarks.common import (
     header,
     log,
     quality,
+    rank_order,
 )
 from context_search import SearchQuery
 from context_search.postgres import PostgresSearchConnector
@@ -58,13 +59,6 @@ _TS_RANK = text(
     """
 )
 _WORD = re.compile(r"\w+")
-
-
-def _order(entries: Any, attr: str) -> list[str]:
-    ranked = sorted(
-        (e for e in entries if getattr(e, attr) is not None), key=lambda e: getattr(e, attr)
-    )
-    return [e.doc_id for e in ranked]
 
 
 def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True) -> dict[str, Any]:
@@ -112,8 +106,8 @@ def run(dsn: str, data: Dataset, embedder: CachedEmbedder, *, peer: bool = True)
                 arm_notes += 1
             resp = plain.search(q)
             runs["hybrid_rrf"][qid] = [h.doc_id for h in resp.hits]
-            runs["lexical_bm25"][qid] = _order(resp.rank_log.entries, "lexical_rank")
-            runs["vector"][qid] = _order(resp.rank_log.entries, "vector_rank")
+            runs["lexical_bm25"][qid] = rank_order(resp.rank_log.entries, "lexical_rank")
+            runs["vector"][qid] = rank_order(resp.rank_log.entries, "vector_rank")
             runs["hybrid_convex"][qid] = [h.doc_id for h in convex.search(q).hits]
             with store.engine.begin() as conn:
                 runs["ref_ts_rank_cd"][qid] = list(
@@ -205,7 +199,7 @@ def run_sqlite(data: Dataset, embedder: CachedEmbedder) -> dict[str, Any]:
             resp = store.search(q)
             latencies.append(time.perf_counter() - start)
             runs["sqlite_default"][qid] = [h.doc_id for h in resp.hits]
-            runs["sqlite_lexical"][qid] = _order(resp.rank_log.entries, "lexical_rank")
+            runs["sqlite_lexical"][qid] = rank_order(resp.rank_log.entries, "lexical_rank")
     latencies.sort()
     return {
         "runs": dict(runs),

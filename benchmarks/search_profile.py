@@ -43,7 +43,8 @@ from benchmarks.common import (
     load_beir,
     log,
     make_embedder,
-    ndcg_at,
+    quality,
+    rank_order,
     server,
 )
 from benchmarks.filtered import LEVELS, scoped
@@ -105,17 +106,15 @@ def _ranking(store: PostgresSearchConnector, data: Dataset) -> dict[str, Any]:
         query = SearchQuery(query=data.queries[qid], allowed_scopes=["public"], top_k=10)
         response = store.search(query)
         default[qid] = [h.doc_id for h in response.hits]
-        ranked = [e for e in response.rank_log.entries if e.lexical_rank is not None]
-        lexical[qid] = [e.doc_id for e in sorted(ranked, key=lambda e: e.lexical_rank or 0)]
+        lexical[qid] = rank_order(response.rank_log.entries, "lexical_rank")
         if i < 60:
             buffers.append(plan_buffers(store.search_plan(query, analyze=True)))
-
-    def ndcg(runs: dict[str, list[str]]) -> float:
-        return round(statistics.fmean(ndcg_at(runs[q], data.qrels[q]) for q in judged), 4)
-
     return {
         "queries": len(judged),
-        "ndcg@10": {"default": ndcg(default), "lexical": ndcg(lexical)},
+        "ndcg@10": {
+            "default": quality(default, data.qrels)["ndcg@10"],
+            "lexical": quality(lexical, data.qrels)["ndcg@10"],
+        },
         "buffers_per_search": statistics.median(buffers),
     }
 
