@@ -73,6 +73,21 @@ def test_sync_upsert_and_delete_follow_the_callers_transaction(
     assert connector.get_document("o1-doc", ["s"]) is None
 
 
+def test_a_write_in_the_callers_transaction_leaves_its_settings(
+    context_search_connector: PostgresSearchConnector,
+) -> None:
+    """The connector's own write transactions sort with more memory (``write/gate.py``); a
+    caller's transaction keeps its own ``work_mem`` until it ends, whatever it writes."""
+    connector = context_search_connector
+    with connector.engine.connect() as conn:
+        conn.execute(text("SET LOCAL work_mem = '1MB'"))
+        connector.upsert([_record(f"wm-{i}") for i in range(3)], connection=conn)
+        connector.delete_or_supersede("wm-0", connection=conn)
+        assert conn.execute(text("SELECT current_setting('work_mem')")).scalar() == "1MB"
+        conn.commit()
+    assert _found(connector, "wm-1")
+
+
 @pytest.mark.parametrize("commit", [True, False], ids=["commit", "rollback"])
 def test_async_upsert_and_delete_follow_the_callers_transaction(
     context_search_dsn: str,

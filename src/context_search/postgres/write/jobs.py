@@ -43,10 +43,10 @@ from context_search.postgres.write.batch import (
     STATS_DELTA,
     SYNC_COPIES,
     ChunkSource,
-    embed_sources,
     replace_chunks,
 )
 from context_search.postgres.write.gate import LOCK_DOCS, enter_write, lock_documents
+from context_search.postgres.write.precomputed import embed_sources
 from context_search.text import segment_for_index
 from context_search.text.indexing import searchable_parts
 
@@ -281,7 +281,7 @@ class JobWorker:
         prepared = self._prepare(index_ids) if index_ids else {}
         for attempt in write_attempts(self._engine, "reindex"):
             with attempt as conn:
-                enter_write(conn, self._settings.revision)
+                enter_write(conn, self._settings.revision, sorting=True)
                 if any(j.attempts > self._max_attempts for j in jobs):
                     # Claimed again after its lease ran out too often: it kills its workers.
                     raise RuntimeError("job exceeded its attempts (lease expired repeatedly)")

@@ -2,21 +2,26 @@
 
 The model never runs while rows are locked: a batch's changed texts are embedded up front,
 and only a text the transaction did not expect (a record a concurrent writer changed in
-between) reaches the model from inside it.
+between) reaches the model from inside it. :func:`embed_sources` is the one embedder call
+for a batch's chunks, whichever path writes them (an upsert, an index job).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from context_search.embedding import Embedder
 from context_search.errors import EmbeddingFailedError
 
-__all__ = ["Precomputed"]
+if TYPE_CHECKING:
+    from context_search.postgres.settings import IndexSettings
+    from context_search.postgres.write.batch import ChunkSource
+
+__all__ = ["Precomputed", "embed_sources"]
 
 
 class Precomputed:
@@ -61,3 +66,19 @@ class Precomputed:
 
     def embed_query(self, text: str) -> Any:
         return self._inner.embed_query(text)
+
+
+def embed_sources(
+    sources: Sequence[ChunkSource], embedder: Embedder, settings: IndexSettings
+) -> np.ndarray[Any, Any]:
+    """One embedder call for every chunk of ``sources``, shape-checked."""
+    texts = [t for s in sources for t in s.index_texts]
+    if not texts:
+        return np.zeros((0, settings.dimension), dtype=np.float32)
+    vectors = embedder.embed_documents(texts)
+    if vectors.shape != (len(texts), settings.dimension):
+        raise ValueError(
+            f"embedder returned shape {vectors.shape}, expected "
+            f"({len(texts)}, {settings.dimension})"
+        )
+    return vectors

@@ -340,6 +340,7 @@ class Writes:
                 deferred=defer_indexing,
                 allow_scope_change=allow_scope_change,
                 restore_deleted=restore_deleted,
+                own=False,
             )
         return IngestReport(
             outcomes=tuple(out),
