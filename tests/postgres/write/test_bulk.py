@@ -5,6 +5,8 @@ supersedes in the same batch, counters equal to a recount, scope security."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -44,10 +46,10 @@ def copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     real = batch.copy_chunks
 
-    def counting(*args: Any, **kw: Any) -> int:
-        n = real(*args, **kw)
-        seen.append(n)
-        return n
+    def counting(*args: Any, **kw: Any) -> Any:
+        written = real(*args, **kw)
+        seen.append(written[0])
+        return written
 
     monkeypatch.setattr(batch, "copy_chunks", counting)
     return seen
@@ -147,20 +149,21 @@ def test_bulk_batch_is_atomic_when_it_fails_midway(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     real = batch.copy_chunks
-    calls: list[int] = []
+    calls: dict[str, int] = {}
 
-    def fail_second(*args: Any, **kw: Any) -> int:
-        n = real(*args, **kw)  # chunks and postings are written, then the batch fails
-        calls.append(n)
-        if len(calls) == 2:
+    def fail_second(*args: Any, **kw: Any) -> Any:
+        written = real(*args, **kw)  # chunks and postings are written, then the batch fails
+        first_doc = min(s.doc_id for s in args[1])
+        calls[first_doc] = written[0]
+        if first_doc == "b00060":  # the second batch (written alongside the first)
             raise RuntimeError("injected failure after the merge")
-        return n
+        return written
 
     monkeypatch.setattr(batch, "copy_chunks", fail_second)
     monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)  # the vector index is deferred too
     with pytest.raises(RuntimeError, match="injected"):
         store.upsert([_doc(i) for i in range(120)], batch_size=60)
-    assert len(calls) == 2
+    assert sorted(calls) == ["b00000", "b00060"]
     docs = _one(context_search_dsn, context_search_schema, "SELECT count(*) FROM documents")
     chunks = _one(context_search_dsn, context_search_schema, "SELECT count(*) FROM chunks")
     first = _one(
@@ -168,7 +171,7 @@ def test_bulk_batch_is_atomic_when_it_fails_midway(
         context_search_schema,
         "SELECT count(*) FROM chunks WHERE doc_id >= 'b00060'",
     )
-    assert docs == 60 and chunks == calls[0] and first == 0
+    assert docs == 60 and chunks == calls["b00000"] and first == 0
     _consistent(store)
     # An error never leaves the vector index missing.
     assert _vector_index_valid(context_search_dsn, context_search_schema)
@@ -423,19 +426,23 @@ def test_initial_load_builds_the_search_indexes_afterwards(
     monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)
     real = batch.copy_chunks
     present = _SEARCH_INDEXES_VALID
-    during: list[tuple[int, list[str]]] = []
+    during: dict[str, tuple[int, list[str]]] = {}
 
-    def probing(*args: Any, **kw: Any) -> int:
+    def probing(*args: Any, **kw: Any) -> Any:
         hits = store.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
-        during.append(
-            (_one(context_search_dsn, context_search_schema, present), [h.doc_id for h in hits])
+        during[min(s.doc_id for s in args[1])] = (
+            _one(context_search_dsn, context_search_schema, present),
+            [h.doc_id for h in hits],
         )
         return real(*args, **kw)
 
     monkeypatch.setattr(batch, "copy_chunks", probing)
     store.upsert([_doc(i) for i in range(120)], batch_size=40)
-    assert [n for n, _ in during] == [0, 0, 0]
-    assert all(ids[:1] == ["b00003"] for _, ids in during[1:])  # searches stay right
+    assert sorted(during) == ["b00000", "b00040", "b00080"]
+    assert [n for n, _ in during.values()] == [0, 0, 0]
+    # The second batch is written alongside the first (write/ordered.py); the third starts
+    # once the first committed, and finds it: searches stay right.
+    assert during["b00080"][1][:1] == ["b00003"]
     assert _one(context_search_dsn, context_search_schema, present) == len(builds.DEFERRABLE)
     note = "SELECT obj_description(CAST('chunks' AS regclass), 'pg_class') IS NULL"
     assert _one(context_search_dsn, context_search_schema, note)  # nothing left to rebuild
@@ -535,4 +542,75 @@ def test_rerunning_an_unchanged_load_rebuilds_nothing(
         assert not _vector_index_valid(context_search_dsn, context_search_schema)
         store.upsert(changed[10:])
     assert _vector_index_valid(context_search_dsn, context_search_schema)
+    _consistent(store)
+
+
+def test_an_initial_load_writes_two_batches_at_once_and_commits_them_in_order(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two batches of a load into an empty index merge their chunks at the same time (the
+    barrier below would time out otherwise); the second commits only after the first."""
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)
+    real = batch.copy_chunks
+    together = threading.Barrier(2, timeout=10)
+    seen_by_second: list[int] = []
+
+    def meeting(*args: Any, **kw: Any) -> Any:
+        first_doc = min(s.doc_id for s in args[1])
+        if first_doc in ("b00000", "b00040"):
+            together.wait()  # both batches are inside their transactions now
+        written = real(*args, **kw)
+        if first_doc == "b00000":
+            time.sleep(0.5)  # the first batch finishes last
+        else:
+            seen_by_second.append(
+                _one(context_search_dsn, context_search_schema, "SELECT count(*) FROM documents")
+            )
+        return written
+
+    monkeypatch.setattr(batch, "copy_chunks", meeting)
+    report = store.upsert([_doc(i) for i in range(120)], batch_size=40)
+    assert report.committed_batches == 3 and report.chunks_written > 0
+    assert [d for d, _ in report.outcomes] == [f"b{i:05d}" for i in range(120)]
+    assert seen_by_second[0] == 0  # nothing committed while both were writing
+    _consistent(store)
+    hits = store.search(SearchQuery(query="Bulk record 7", allowed_scopes=["team"])).hits
+    assert hits[0].doc_id == "b00007"
+
+
+def test_a_failed_batch_of_an_initial_load_takes_the_later_ones_with_it(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first batch fails after the second has merged its chunks: the second rolls back
+    too, so what committed is still a prefix of the input (none of it), and the error says
+    so."""
+    monkeypatch.setattr(builds, "DEFER_MIN_CHUNKS", 50)
+    real = batch.copy_chunks
+    together = threading.Barrier(2, timeout=10)
+
+    def failing_first(*args: Any, **kw: Any) -> Any:
+        first_doc = min(s.doc_id for s in args[1])
+        written = real(*args, **kw)
+        together.wait()  # both batches have merged their chunks
+        if first_doc == "b00000":
+            raise BackendError("injected failure of the first batch")
+        return written
+
+    monkeypatch.setattr(batch, "copy_chunks", failing_first)
+    with pytest.raises(BackendError, match="injected") as caught:
+        store.upsert([_doc(i) for i in range(80)], batch_size=40)
+    assert caught.value.details["committed"] == 0
+    assert caught.value.details["committed_batches"] == 0
+    for table in ("documents", "chunks"):
+        assert _one(context_search_dsn, context_search_schema, f"SELECT count(*) FROM {table}") == 0
+    _consistent(store)
+    monkeypatch.setattr(batch, "copy_chunks", real)
+    report = store.upsert([_doc(i) for i in range(80)], batch_size=40)
+    assert [o for _, o in report.outcomes] == [RecordOutcome.INSERTED] * 80
     _consistent(store)

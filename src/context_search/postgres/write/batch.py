@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection, Row, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Boolean, Integer, Text
 
@@ -268,6 +268,7 @@ def write_batch(
     allow_scope_change: bool = False,
     restore_deleted: bool = False,
     own: bool = True,
+    turn: Callable[[], None] = lambda: None,
 ) -> tuple[list[tuple[str, RecordOutcome]], int, int, OverwritePlan]:
     """Write one batch inside the caller's transaction: unchanged rows are skipped entirely.
 
@@ -277,7 +278,8 @@ def write_batch(
     What may happen to stored documents (scope changes, deleted ones) is decided by the
     shared overwrite rule under the batch's row locks; a refusal raises before any write.
     Returns outcomes in input order, chunks written, embeddings computed and that decision.
-    ``own``: false in a caller's transaction (see ``enter_write``).
+    ``own``: false in a caller's transaction (see ``enter_write``); ``turn``: see
+    :func:`replace_chunks` (indexed now, without supersedes).
     """
     enter_write(conn, settings.revision, sorting=own)
     ids = [p.record.document_id for p in batch]
@@ -380,7 +382,7 @@ def write_batch(
             if r.inserted
         }
         written = replace_chunks(
-            conn, sources, vectors, settings, new=new, recorded=set(changed_ids)
+            conn, sources, vectors, settings, new=new, recorded=set(changed_ids), turn=turn
         )
     pairs = [(old, p.record.document_id) for p in changed for old in p.record.supersedes]
     if pairs:
@@ -401,6 +403,7 @@ def replace_chunks(
     *,
     new: AbstractSet[str] = frozenset(),
     recorded: AbstractSet[str] = frozenset(),
+    turn: Callable[[], None] = lambda: None,
 ) -> int:
     """Swap the index entries of ``sources`` for new ones, statistics and postings included
     (the new chunks' scope counters from what the statement writing them returns), and
@@ -408,18 +411,24 @@ def replace_chunks(
 
     ``recorded``: documents whose rows this transaction wrote saying so, body decided (an
     upsert's); probing them again to change nothing cost a fresh load ~5 % of its time.
+    ``turn`` is called before the first statement that locks the counters (write/ordered.py).
 
     A batch of at least ``COPY_MIN_CHUNKS`` chunks is streamed with binary COPY and merged
     set-based (:mod:`context_search.postgres.write.copy`); a smaller one is one INSERT."""
     ids = [s.doc_id for s in sources]
     replaced = [i for i in ids if i not in new]
     if replaced:  # ``new``: documents known to have no entries yet (nothing to look up)
+        turn()
         conn.execute(STATS_DELTA, {"ids": replaced, "sign": -1})
         conn.execute(DELETE_CHUNKS, {"ids": replaced})
     if sum(len(s.chunks) for s in sources) >= COPY_MIN_CHUNKS:
-        i = copy_chunks(conn, sources, vectors, settings.revision, settings.text_search_config)
+        i, counts = copy_chunks(
+            conn, sources, vectors, settings.revision, settings.text_search_config
+        )
     else:
-        i = _insert_chunks(conn, sources, vectors, settings)
+        i, counts = _insert_chunks(conn, sources, vectors, settings)
+    turn()
+    add_counts(conn, counts)
     unrecorded = [s for s in sources if s.doc_id not in recorded]
     if unrecorded:
         held = [None if s.body is None else held_by_chunks(s.body, s.chunks) for s in unrecorded]
@@ -445,9 +454,9 @@ def _insert_chunks(
     sources: Sequence[ChunkSource],
     vectors: np.ndarray[Any, Any],
     settings: IndexSettings,
-) -> int:
-    """A small batch: chunks as parameter arrays in one INSERT (postings by trigger, scope
-    counters from what it returns)."""
+) -> tuple[int, Sequence[Row[Any]]]:
+    """A small batch: chunks as parameter arrays in one INSERT (postings by trigger), and the
+    scope counters' delta it returns."""
     cols: dict[str, list[Any]] = {
         k: []
         for k in (
@@ -477,14 +486,11 @@ def _insert_chunks(
             cols["lifecycles"].append(s.lifecycle)
             cols["content_ids"].append(s.content_id)
             i += 1
-    add_counts(
-        conn,
-        conn.execute(
-            _INSERT_CHUNKS,
-            {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
-        ),
-    )
-    return i
+    counts = conn.execute(
+        _INSERT_CHUNKS,
+        {**cols, "revision": settings.revision, "ts_config": settings.text_search_config},
+    ).all()
+    return i, counts
 
 
 def _json_default(value: object) -> object:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import BigInteger, Connection, Result, Text, bindparam, text
+from sqlalchemy import BigInteger, Connection, Row, Text, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from context_search.postgres.engine.drivers import driver_of
@@ -80,10 +80,9 @@ _ADD_COUNTS = text(
 )
 
 
-def add_counts(conn: Connection, counts: Result[Any]) -> None:
-    """Add the per-(scope, lifecycle) ``counts`` a :func:`counted` insert returned to the
+def add_counts(conn: Connection, rows: Sequence[Row[Any]]) -> None:
+    """Add the per-(scope, lifecycle) counts a :func:`counted` insert returned to the
     scope counters."""
-    rows = counts.all()
     if rows:
         conn.execute(
             _ADD_COUNTS,
@@ -121,10 +120,10 @@ def copy_chunks(
     vectors: np.ndarray[Any, Any],
     revision: int,
     ts_config: str,
-) -> int:
-    """Stage ``sources``' chunks with binary COPY and merge them (their postings and scope
-    counters too) into the index, in the caller's transaction. Returns the number of chunks
-    written."""
+) -> tuple[int, Sequence[Row[Any]]]:
+    """Stage ``sources``' chunks with binary COPY and merge them (their postings too) into
+    the index, in the caller's transaction. Returns the number of chunks written and their
+    scope counters' delta, for :func:`add_counts`."""
     conn.execute(_CREATE_STAGE)
     raw = driver_of(conn)
     vector = halfvec_oid(raw)
@@ -151,5 +150,4 @@ def copy_chunks(
                     )
                 )
                 i += 1
-    add_counts(conn, conn.execute(_MERGE, {"revision": revision, "ts_config": ts_config}))
-    return i
+    return i, conn.execute(_MERGE, {"revision": revision, "ts_config": ts_config}).all()

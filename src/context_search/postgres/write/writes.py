@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from typing import NamedTuple
@@ -39,6 +39,7 @@ from context_search.errors import (
     ContextSearchError,
 )
 from context_search.postgres.engine.errors import translate_errors, write_attempts
+from context_search.postgres.engine.postings import DEFERRING
 from context_search.postgres.indexes import builds
 from context_search.postgres.settings import IndexSettings
 from context_search.postgres.write.batch import (
@@ -48,12 +49,14 @@ from context_search.postgres.write.batch import (
     write_batch,
 )
 from context_search.postgres.write.gate import enter_write
+from context_search.postgres.write.ordered import Turns, overlappable, write_in_order
 from context_search.postgres.write.overwrites import check_overwrites
 from context_search.postgres.write.precomputed import Precomputed
 from context_search.postgres.write.records import PreparedRecord, prepare
 from context_search.postgres.write.sizing import BATCH_RECORDS, FRESH, BulkLoad, incoming_chunks
 from context_search.postgres.write.visibility import change_visibility, record_change
 from context_search.validation import (
+    OverwritePlan,
     validate_doc_id,
     validate_gap,
     validate_records,
@@ -71,7 +74,43 @@ class _Rule(NamedTuple):
     restore_deleted: bool
 
 
-#: Documents whose index entries are current under a configuration revision.
+#: What one batch's write returns: outcomes, chunks, embeddings and the overwrite decision.
+_Written = tuple[list[tuple[str, RecordOutcome]], int, int, OverwritePlan]
+
+
+class _Tally:
+    """An ``upsert``'s report, batch by batch in input order."""
+
+    def __init__(self, total: int, progress: ProgressCallback | None) -> None:
+        self._total = total
+        self._progress = progress
+        self.outcomes: list[tuple[str, RecordOutcome]] = []
+        self.moves: list[ScopeChange] = []
+        self.restored: list[str] = []
+        self.chunks = self.embeddings = self.batches = 0
+
+    def add(self, start: int, written: _Written) -> None:
+        outcomes, chunks, embeddings, plan = written
+        self.batches += 1
+        self.outcomes.extend(outcomes)
+        self.moves.extend(plan.scope_changes)
+        self.restored.extend(plan.restored)
+        self.chunks += chunks
+        self.embeddings += embeddings
+        if self._progress is not None:
+            self._progress(start + len(outcomes), self._total)
+
+    def report(self) -> IngestReport:
+        return IngestReport(
+            outcomes=tuple(self.outcomes),
+            chunks_written=self.chunks,
+            embeddings_computed=self.embeddings,
+            committed_batches=self.batches,
+            scope_changes=tuple(self.moves),
+            restored=tuple(self.restored),
+        )
+
+
 class Writes:
     """Writes to one index schema under its active configuration."""
 
@@ -208,12 +247,29 @@ class Writes:
         rule: _Rule,
     ) -> IngestReport:
         """Write batch after batch while the next one is prepared and embedded in a second
-        thread (one batch ahead: memory stays bounded by two batches)."""
-        outcomes: list[tuple[str, RecordOutcome]] = []
-        moves: list[ScopeChange] = []
-        restored: list[str] = []
-        chunks = embeddings = batches = 0
+        thread (one batch ahead: memory stays bounded by two batches). An initial load's
+        batches are written two at a time, committed in input order (``write/ordered.py``)."""
+        tally = _Tally(len(valid), progress)
         starts = range(0, len(valid), batch_size)
+        if DEFERRING.get() and not defer_indexing and len(starts) > 1 and overlappable(valid):
+            turns = Turns()
+            try:
+                write_in_order(
+                    turns,
+                    len(starts),
+                    lambda n: self._stage(
+                        valid[starts[n] : starts[n] + batch_size], starts[n], False
+                    ),
+                    lambda n, staged, turn: self._write(*staged, False, rule, turn),
+                    lambda n, written: tally.add(starts[n], written),
+                )
+            except ContextSearchError as exc:
+                done = turns.committed_batches
+                exc.details.update(
+                    committed=min(done * batch_size, len(valid)), committed_batches=done
+                )
+                raise
+            return tally.report()
         # One batch: nothing to overlap, and no thread hand-off on a small write's path.
         single = len(valid) <= batch_size
         with (
@@ -242,39 +298,38 @@ class Writes:
                         assert pending is not None
                         batch, embedder = pending.result()
                         pending = submit(start + batch_size)
-                        for attempt in write_attempts(self._engine, "upsert"):
-                            with attempt as conn:
-                                out, c, e, plan = write_batch(
-                                    conn,
-                                    batch,
-                                    embedder,
-                                    self._settings,
-                                    deferred=defer_indexing,
-                                    allow_scope_change=rule.allow_scope_change,
-                                    restore_deleted=rule.restore_deleted,
-                                )
+                        written = self._write(batch, embedder, defer_indexing, rule)
                     except ContextSearchError as exc:
-                        exc.details.update(committed=start, committed_batches=batches)
+                        exc.details.update(committed=start, committed_batches=tally.batches)
                         raise
-                    batches += 1
-                    outcomes.extend(out)
-                    moves.extend(plan.scope_changes)
-                    restored.extend(plan.restored)
-                    chunks += c
-                    embeddings += e
-                    if progress is not None:
-                        progress(start + len(batch), len(valid))
+                    tally.add(start, written)
             finally:
                 if pending is not None:
                     pending.cancel()
-        return IngestReport(
-            outcomes=tuple(outcomes),
-            chunks_written=chunks,
-            embeddings_computed=embeddings,
-            committed_batches=batches,
-            scope_changes=tuple(moves),
-            restored=tuple(restored),
-        )
+        return tally.report()
+
+    def _write(
+        self,
+        batch: list[PreparedRecord],
+        embedder: Embedder,
+        defer_indexing: bool,
+        rule: _Rule,
+        turn: Callable[[], None] = lambda: None,
+    ) -> _Written:
+        """One batch in its own transaction, tried again whole as a deadlock victim."""
+        for attempt in write_attempts(self._engine, "upsert"):
+            with attempt as conn:
+                return write_batch(
+                    conn,
+                    batch,
+                    embedder,
+                    self._settings,
+                    deferred=defer_indexing,
+                    allow_scope_change=rule.allow_scope_change,
+                    restore_deleted=rule.restore_deleted,
+                    turn=turn,
+                )
+        raise AssertionError("write_attempts returns or raises")  # pragma: no cover
 
     def _large_load(self, records: Sequence[ContextDocumentRecord]) -> tuple[bool, bool]:
         """Whether the chunks this call will (re)write are many relative to the index, so

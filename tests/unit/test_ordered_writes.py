@@ -1,0 +1,141 @@
+"""The order an initial load's batches commit in (``write/ordered.py``), without a server:
+batches run two at a time, each takes its turn after every earlier one committed, and the
+first failure in input order is the one raised, with the later batches undone."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from context_search.contract import ContextDocumentRecord, Lifecycle
+from context_search.postgres.write.ordered import (
+    LOAD_WRITERS,
+    EarlierBatchFailed,
+    Turns,
+    overlappable,
+    write_in_order,
+)
+
+
+class _Log:
+    """What a fake transaction did: batches inside at once, commits and rollbacks in order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.inside = 0
+        self.most_inside = 0
+        self.committed: list[int] = []
+        self.rolled_back: list[int] = []
+
+    def writer(
+        self, slow: frozenset[int] = frozenset(), fail: frozenset[int] = frozenset()
+    ) -> Callable[[int, str, Callable[[], None]], str]:
+        def write(n: int, staged: str, turn: Callable[[], None]) -> str:
+            with self.lock:
+                self.inside += 1
+                self.most_inside = max(self.most_inside, self.inside)
+            try:
+                time.sleep(0.05 if n in slow else 0.005)  # the batch's own work
+                if n in fail:
+                    raise RuntimeError(f"batch {n} failed")
+                turn()
+                with self.lock:
+                    self.committed.append(n)
+                return staged.upper()
+            except BaseException:
+                with self.lock:
+                    self.rolled_back.append(n)
+                raise
+            finally:
+                with self.lock:
+                    self.inside -= 1
+
+        return write
+
+
+def test_batches_overlap_and_commit_in_input_order() -> None:
+    log, collected = _Log(), []
+    turns = Turns()
+    write_in_order(
+        turns,
+        6,
+        lambda n: f"batch{n}",
+        log.writer(slow=frozenset({0, 2, 4})),  # every even batch finishes after its successor
+        lambda n, written: collected.append((n, written)),
+    )
+    assert log.most_inside == LOAD_WRITERS
+    assert log.committed == list(range(6))
+    assert collected == [(n, f"BATCH{n}") for n in range(6)]
+    assert turns.committed_batches == 6
+
+
+def test_the_first_failure_in_input_order_is_raised_and_later_batches_roll_back() -> None:
+    log, collected = _Log(), []
+    turns = Turns()
+    with pytest.raises(RuntimeError, match="batch 2 failed"):
+        write_in_order(
+            turns,
+            6,
+            lambda n: f"batch{n}",
+            log.writer(slow=frozenset({2}), fail=frozenset({2, 3})),
+            lambda n, written: collected.append((n, written)),
+        )
+    assert log.committed == [0, 1] and turns.committed_batches == 2
+    assert [n for n, _ in collected] == [0, 1]
+    assert 3 in log.rolled_back and not set(log.committed) & {2, 3, 4, 5}
+
+
+def test_a_failed_stage_stops_the_load_after_the_batches_before_it() -> None:
+    log = _Log()
+    turns = Turns()
+
+    def stage(n: int) -> str:
+        if n == 3:
+            raise ValueError("record 3 cannot be prepared")
+        return f"batch{n}"
+
+    with pytest.raises(ValueError, match="cannot be prepared"):
+        write_in_order(turns, 6, stage, log.writer(), lambda n, written: None)
+    assert log.committed == [0, 1, 2] and turns.committed_batches == 3
+
+
+def test_a_batch_waiting_for_its_turn_gives_up_when_an_earlier_one_failed() -> None:
+    turns = Turns()
+    turns.committed(0)
+    turns.wait(1)  # batch 0 committed: batch 1's turn
+    turns.failed(1)
+    with pytest.raises(EarlierBatchFailed):
+        turns.wait(2)
+    turns.wait(1)  # an earlier batch's failure only stops the later ones
+
+
+def test_a_batch_that_wrote_nothing_still_ends_after_the_ones_before_it() -> None:
+    """A batch of unchanged records never takes its turn (it locks nothing): it must not
+    count as committed ahead of an earlier batch that then fails."""
+    turns = Turns()
+
+    def write(n: int, staged: str, turn: Callable[[], None]) -> str:
+        if n == 0:
+            time.sleep(0.05)
+            raise RuntimeError("batch 0 failed")
+        return staged  # batch 1: nothing to write, no turn taken
+
+    with pytest.raises(RuntimeError, match="batch 0 failed"):
+        write_in_order(turns, 2, lambda n: f"batch{n}", write, lambda n, written: None)
+    assert turns.committed_batches == 0
+
+
+def test_records_that_lock_outside_their_batch_are_written_one_batch_at_a_time() -> None:
+    plain = [
+        ContextDocumentRecord(document_id=f"d{i}", body="text", permission_scope="s")
+        for i in range(3)
+    ]
+    assert overlappable(plain)
+    superseding = dataclasses.replace(plain[1], supersedes=("d0",))
+    assert not overlappable([plain[0], superseding])
+    deleted = dataclasses.replace(plain[2], lifecycle=Lifecycle.DELETED)
+    assert not overlappable([*plain[:2], deleted])
