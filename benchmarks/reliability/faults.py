@@ -152,6 +152,50 @@ def fault_kill_upsert(
     return tally
 
 
+def fault_kill_ordered_upsert(
+    dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
+) -> FaultTally:
+    """A backend of an upsert written two batches at a time (``write/ordered.py``) is
+    terminated mid-call: the records present afterwards are exactly the first ``committed``
+    the error names (a prefix of the input, whichever batch was hit), and the call run again
+    writes the rest."""
+    tally = FaultTally()
+    store = connect(dsn, schema, "cs-fault-ordered")
+    try:
+        for _ in range(rounds):
+            tally.rounds += 1
+            recs = new_docs(ids, rng, 120)
+            t0 = time.monotonic()
+            committed = len(recs)
+            with killer(dsn, "cs-fault-ordered", delay_s=rng.uniform(0, 0.05)) as killed:
+                try:
+                    store.upsert(recs, batch_size=30)
+                    outcome = "ok"
+                except BackendUnavailableError as exc:
+                    outcome, committed = "typed", int(exc.details.get("committed", -1))
+                except Exception as exc:
+                    outcome = f"raw {type(exc).__name__}: {exc}"
+            tally.injected += bool(killed)
+            if outcome.startswith("raw"):
+                tally.wrong.append(outcome)
+                continue
+            present = [r.document_id for r in recs if store.get_document(r.document_id, SCOPES)]
+            if present != [r.document_id for r in recs[: max(committed, 0)]]:
+                tally.wrong.append(
+                    f"not the committed prefix: {len(present)} present, {committed} committed"
+                )
+            if outcome == "typed":
+                tally.typed_errors += 1
+                store.upsert(recs, batch_size=30)
+            else:
+                tally.succeeded += 1
+            ledger.ack_all(recs, t0)
+            tally.wrong += verify(store, ledger, [r.document_id for r in rng.sample(recs, 5)])
+    finally:
+        store.close()
+    return tally
+
+
 def fault_kill_job(
     dsn: str, schema: str, ledger: Ledger, rounds: int, rng: random.Random, ids: DocIds
 ) -> FaultTally:

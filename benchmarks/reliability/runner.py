@@ -20,6 +20,7 @@ from benchmarks.reliability.conversions import fault_sigkill_converter
 from benchmarks.reliability.faults import (
     FaultTally,
     fault_kill_job,
+    fault_kill_ordered_upsert,
     fault_kill_search,
     fault_kill_upsert,
 )
@@ -58,6 +59,9 @@ def run_faults(
         ),
         **merge_kinds(dsn, schema, ledger, rounds, rng, ids),
         "conversion_sigkilled": lambda: fault_sigkill_converter(
+            dsn, schema, ledger, rounds, rng, ids
+        ),
+        "terminate_during_ordered_upsert": lambda: fault_kill_ordered_upsert(
             dsn, schema, ledger, rounds, rng, ids
         ),
     }

@@ -62,6 +62,7 @@ def test_faults_are_survived(context_search_dsn: str, context_search_schema: str
         "merge_races_writes",
         "merge_races_switch",
         "conversion_sigkilled",
+        "terminate_during_ordered_upsert",
     }
     _assert_survived(result)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from context_search.contract import ContextDocumentRecord, Lifecycle
+from context_search.postgres.write import ordered
 from context_search.postgres.write.ordered import (
     LOAD_WRITERS,
     EarlierBatchFailed,
@@ -32,14 +33,17 @@ class _Log:
         self.rolled_back: list[int] = []
 
     def writer(
-        self, slow: frozenset[int] = frozenset(), fail: frozenset[int] = frozenset()
+        self,
+        slow: frozenset[int] = frozenset(),
+        fail: frozenset[int] = frozenset(),
+        slow_s: float = 0.05,
     ) -> Callable[[int, str, Callable[[], None]], str]:
         def write(n: int, staged: str, turn: Callable[[], None]) -> str:
             with self.lock:
                 self.inside += 1
                 self.most_inside = max(self.most_inside, self.inside)
             try:
-                time.sleep(0.05 if n in slow else 0.005)  # the batch's own work
+                time.sleep(slow_s if n in slow else 0.005)  # the batch's own work
                 if n in fail:
                     raise RuntimeError(f"batch {n} failed")
                 turn()
@@ -139,3 +143,17 @@ def test_records_that_lock_outside_their_batch_are_written_one_batch_at_a_time()
     assert not overlappable([plain[0], superseding])
     deleted = dataclasses.replace(plain[2], lifecycle=Lifecycle.DELETED)
     assert not overlappable([*plain[:2], deleted])
+
+
+def test_a_batch_kept_waiting_for_its_turn_gives_way_and_is_written_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Something queued behind a waiting batch's locks may hold up the batch before it: the
+    waiting batch rolls back after ``TURN_WAIT_S``, waits without its transaction, and is
+    written again once its turn came."""
+    monkeypatch.setattr(ordered, "TURN_WAIT_S", 0.05)
+    log, turns = _Log(), Turns()
+    slow_first = log.writer(slow=frozenset({0}), slow_s=0.3)
+    write_in_order(turns, 2, lambda n: f"batch{n}", slow_first, lambda n, written: None)
+    assert log.committed == [0, 1] and turns.committed_batches == 2
+    assert log.rolled_back == [1]  # batch 1's first try gave way

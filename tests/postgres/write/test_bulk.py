@@ -21,7 +21,7 @@ from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.indexes import builds
 from context_search.postgres.operations.audit import audit
 from context_search.postgres.operations.switch import sibling_names
-from context_search.postgres.write import batch
+from context_search.postgres.write import batch, gate, ordered, writes
 
 #: A body long enough for several chunks (1200-byte windows).
 _FILLER = " ".join(f"word{k} clause{k % 7}" for k in range(300))
@@ -613,4 +613,80 @@ def test_a_failed_batch_of_an_initial_load_takes_the_later_ones_with_it(
     monkeypatch.setattr(batch, "copy_chunks", real)
     report = store.upsert([_doc(i) for i in range(80)], batch_size=40)
     assert [o for _, o in report.outcomes] == [RecordOutcome.INSERTED] * 80
+    _consistent(store)
+
+
+def test_streamed_batches_are_written_side_by_side_and_cut_their_own_postings(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Batches into an index that keeps its search indexes (not an initial load) also merge
+    their chunks two at a time; each lists its chunks' postings and cuts them on its turn,
+    so nothing stays listed and every counter matches a recount."""
+    store.upsert([_doc(i) for i in range(10)])
+    real = batch.copy_chunks
+    together = threading.Barrier(2, timeout=10)
+
+    def meeting(*args: Any, **kw: Any) -> Any:
+        if min(s.doc_id for s in args[1]) in ("b00010", "b00070"):
+            together.wait()  # both batches are inside their transactions
+        return real(*args, **kw)
+
+    monkeypatch.setattr(batch, "copy_chunks", meeting)
+    report = store.upsert([_doc(i) for i in range(10, 130)], batch_size=60)
+    assert report.committed_batches == 2
+    assert _vector_index_valid(context_search_dsn, context_search_schema)  # kept, not rebuilt
+    listed = "SELECT count(*) FROM posting_deferred"
+    assert _one(context_search_dsn, context_search_schema, listed) == 0
+    _consistent(store)
+    for i in (3, 40, 77, 129):
+        hits = store.search(SearchQuery(query=f"Bulk record {i}", allowed_scopes=["team"])).hits
+        assert hits[0].doc_id == f"b{i:05d}"
+    # Written again, some of them changed: replaced documents take their turn first.
+    changed = [_doc(i, source_revision="v2") if i % 2 else _doc(i) for i in range(10, 130)]
+    report = store.upsert(changed, batch_size=60)
+    assert sum(o == RecordOutcome.UPDATED for _, o in report.outcomes) == 60
+    assert _one(context_search_dsn, context_search_schema, listed) == 0
+    _consistent(store)
+
+
+def test_a_batch_waiting_for_its_turn_gives_way_to_a_switch_queued_behind_it(
+    context_search_dsn: str,
+    context_search_schema: str,
+    store: PostgresSearchConnector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second batch holds the write gate and waits for the first; a configuration
+    switch asks for the gate outright and queues behind it; the first batch then queues
+    behind the switch. The database sees no cycle (the second batch waits in the process),
+    so the second batch gives way after ``TURN_WAIT_S``: the switch passes, the first batch
+    commits, the second is written again."""
+    monkeypatch.setattr(ordered, "TURN_WAIT_S", 1.0)
+    real = writes.write_batch
+    switch_queued = threading.Event()
+
+    def first_after_the_switch(conn: Any, prepared: Any, *args: Any, **kw: Any) -> Any:
+        if prepared[0].record.document_id == "b00010":
+            assert switch_queued.wait(10)
+            time.sleep(0.3)  # the switch is waiting for the gate now
+        return real(conn, prepared, *args, **kw)
+
+    def switch() -> None:
+        time.sleep(0.5)  # the second batch holds the gate by now
+        with psycopg.connect(context_search_dsn) as conn:
+            switch_queued.set()
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s || '/' || %s, 0))",
+                (context_search_schema, gate.GATE),
+            )
+
+    monkeypatch.setattr(writes, "write_batch", first_after_the_switch)
+    switching = threading.Thread(target=switch)
+    switching.start()
+    report = store.upsert([_doc(i) for i in range(10, 40)], batch_size=15)
+    switching.join(10)
+    assert not switching.is_alive()
+    assert report.committed_batches == 2
     _consistent(store)

@@ -52,6 +52,7 @@ __all__ = [
     "due",
     "fragmented",
     "full_due",
+    "listed_cut",
     "trigger_function",
 ]
 
@@ -226,46 +227,16 @@ def _born(rows: str, schema: str, tiered: bool) -> str:
     lifecycle) but get no blocks: no search reads them. In a transaction of an initial load
     (:data:`DEFER_SETTING` on), the chunks are only listed in ``posting_deferred``: each of the
     load's ``upsert`` calls cuts their blocks at once when it returns
-    (:data:`BUILD_DEFERRED_STEPS`).
+    (:data:`BUILD_DEFERRED_STEPS`); so are those of a batch written alongside another, which
+    cuts them itself on its turn (:func:`listed_cut`).
     ``tiered``: with the counters of migration 0017 (else as migration 0014 kept them)."""
     s = f'"{schema}"'
-    if tiered:
-        # Listed chunks are counted in ``df`` when their blocks are cut (a count per
-        # group and batch would cost a load as much as the cut); those of deleted
-        # documents get no blocks and are counted now.
-        listed_only = "AND r.lifecycle = 'deleted'"
-        listed_due = _DUE_DF
-        # A group's new postings are counted from the blocks cut for it (every posting is
-        # in exactly one), not by grouping the postings a second time: that sort of every
-        # posting was a fifth of a streamed chunk's trigger time. Only chunks of deleted
-        # documents, which get no blocks, are counted one by one (read again from the
-        # transition table, filtered before their tsvectors are unnested).
-        materialized = "NOT MATERIALIZED"
-        part = f", cardinality(chunk_ids) AS n, cardinality(chunk_ids) < {BLOCK_SIZE} AS part"
-        counters = f"""
-    INSERT INTO {s}.term_stats AS s ({GROUP}, df, blocks, partial)
-    SELECT {GROUP}, sum(df), sum(blocks), sum(part)
-    FROM (SELECT {GROUP}, n AS df, 1 AS blocks, part::int AS part FROM b
-          UNION ALL SELECT {GROUP}, 1, 0, 0 FROM p WHERE p.lifecycle = 'deleted') AS d
-    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-    ON CONFLICT ({GROUP})
-    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
-                  partial = s.partial + EXCLUDED.partial, fresh = {_FRESH_AFTER},
-                  due = {_DUE_AFTER};"""
-    else:
-        listed_only = ""
-        listed_due = _DUE_AFTER_0014
-        materialized = "MATERIALIZED"
-        part = ""
-        counters = f"""
-    INSERT INTO {s}.term_stats AS s ({GROUP}, df, blocks, due)
-    SELECT {GROUP}, sum(df), sum(blocks), {fragmented("sum(blocks)", "sum(df)")}
-    FROM (SELECT {GROUP}, 1 AS df, 0 AS blocks FROM p
-          UNION ALL SELECT {GROUP}, 0, 1 FROM b) AS d
-    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-    ON CONFLICT ({GROUP})
-    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
-                  due = {_DUE_AFTER_0014};"""
+    # Listed chunks are counted in ``df`` when their blocks are cut (a count per group and
+    # batch would cost a load as much as the cut); those of deleted documents get no blocks
+    # and are counted now.
+    listed_only, listed_due = (
+        ("AND r.lifecycle = 'deleted'", _DUE_DF) if tiered else ("", _DUE_AFTER_0014)
+    )
     return f"""
     IF current_setting('{DEFER_SETTING}', true) = 'on' THEN
         INSERT INTO {s}.posting_deferred (chunk_id)
@@ -277,17 +248,66 @@ def _born(rows: str, schema: str, tiered: bool) -> str:
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
         ON CONFLICT ({GROUP}) DO UPDATE SET df = s.df + EXCLUDED.df, due = {listed_due};
     ELSE
+    {_cut(rows, f"{s}.", tiered)};
+    END IF;"""
+
+
+def _cut(rows: str, prefix: str, tiered: bool) -> str:
+    """The statement cutting the blocks of the chunk rows ``rows`` and adding their counts
+    to ``term_stats`` (tables named with ``prefix``, a schema and a dot, or nothing)."""
+    if tiered:
+        # A group's new postings are counted from the blocks cut for it (every posting is
+        # in exactly one), not by grouping the postings a second time: that sort of every
+        # posting was a fifth of a streamed chunk's trigger time. Only chunks of deleted
+        # documents, which get no blocks, are counted one by one (read again from the
+        # transition table, filtered before their tsvectors are unnested).
+        materialized = "NOT MATERIALIZED"
+        part = f", cardinality(chunk_ids) AS n, cardinality(chunk_ids) < {BLOCK_SIZE} AS part"
+        counters = f"""
+    INSERT INTO {prefix}term_stats AS s ({GROUP}, df, blocks, partial)
+    SELECT {GROUP}, sum(df), sum(blocks), sum(part)
+    FROM (SELECT {GROUP}, n AS df, 1 AS blocks, part::int AS part FROM b
+          UNION ALL SELECT {GROUP}, 1, 0, 0 FROM p WHERE p.lifecycle = 'deleted') AS d
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP})
+    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
+                  partial = s.partial + EXCLUDED.partial, fresh = {_FRESH_AFTER},
+                  due = {_DUE_AFTER}"""
+    else:
+        materialized = "MATERIALIZED"
+        part = ""
+        counters = f"""
+    INSERT INTO {prefix}term_stats AS s ({GROUP}, df, blocks, due)
+    SELECT {GROUP}, sum(df), sum(blocks), {fragmented("sum(blocks)", "sum(df)")}
+    FROM (SELECT {GROUP}, 1 AS df, 0 AS blocks FROM p
+          UNION ALL SELECT {GROUP}, 0, 1 FROM b) AS d
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT ({GROUP})
+    DO UPDATE SET df = s.df + EXCLUDED.df, blocks = s.blocks + EXCLUDED.blocks,
+                  due = {_DUE_AFTER_0014}"""
+    return f"""
     WITH p AS {materialized} (
         SELECT r.chunk_id, u.lexeme, r.permission_scope, r.lifecycle, {IMPACT} AS impact
         FROM {rows} AS r
         CROSS JOIN LATERAL unnest(r.tsv) AS u
         CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
     ), b AS (
-        INSERT INTO {s}.posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
+        INSERT INTO {prefix}posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
         {cut_blocks("(SELECT * FROM p WHERE p.lifecycle <> 'deleted')")}
         RETURNING {GROUP}{part}
-    ){counters}
-    END IF;"""
+    ){counters}"""
+
+
+def listed_cut() -> tuple[str, str]:
+    """What a transaction does with the chunks ``:ids`` (``bigint[]``) it listed instead of
+    cutting (a batch written alongside another, ``write/ordered.py``): their blocks and
+    counts, as the trigger would have written them, then their entries off the list. Both
+    run in the index's schema (its ``search_path``)."""
+    rows = "(SELECT c.* FROM chunks AS c WHERE c.chunk_id = ANY(CAST(:ids AS bigint[])))"
+    return (
+        _cut(rows, "", tiered=True),
+        "DELETE FROM posting_deferred WHERE chunk_id = ANY(CAST(:ids AS bigint[]))",
+    )
 
 
 def _died(rows: str, schema: str, tiered: bool) -> str:

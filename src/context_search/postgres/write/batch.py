@@ -37,12 +37,15 @@ __all__ = [
     "SYNC_COPIES",
     "ChunkSource",
     "ProgressCallback",
+    "Turn",
     "replace_chunks",
     "write_batch",
 ]
 
 #: Called after each committed batch with (records done, records total).
 ProgressCallback = Callable[[int, int], None]
+#: A batch's turn among batches written side by side (``write/ordered.py``).
+Turn = Callable[[Connection, Sequence[Row[Any]]], None]
 
 
 _DOC_COLUMNS = (
@@ -268,7 +271,7 @@ def write_batch(
     allow_scope_change: bool = False,
     restore_deleted: bool = False,
     own: bool = True,
-    turn: Callable[[], None] = lambda: None,
+    turn: Turn | None = None,
 ) -> tuple[list[tuple[str, RecordOutcome]], int, int, OverwritePlan]:
     """Write one batch inside the caller's transaction: unchanged rows are skipped entirely.
 
@@ -278,23 +281,18 @@ def write_batch(
     What may happen to stored documents (scope changes, deleted ones) is decided by the
     shared overwrite rule under the batch's row locks; a refusal raises before any write.
     Returns outcomes in input order, chunks written, embeddings computed and that decision.
-    ``own``: false in a caller's transaction (see ``enter_write``); ``turn``: see
-    :func:`replace_chunks` (indexed now, without supersedes).
+    ``own``: false in a caller's transaction (see ``enter_write``); ``turn``: a batch written
+    alongside others (indexed now, without supersedes): its chunks' postings are listed,
+    and :func:`replace_chunks` takes its turn.
     """
-    enter_write(conn, settings.revision, sorting=own)
+    enter_write(conn, settings.revision, sorting=own, listing=turn is not None)
     ids = [p.record.document_id for p in batch]
     superseded = {old for p in batch for old in p.record.supersedes}
     if superseded:
         # Documents this batch supersedes are locked with the batch's own, in doc_id order,
         # before any counter is touched: the order every writer follows.
         conn.execute(LOCK_DOCS, {"ids": sorted(superseded | set(ids))})
-    existing = {
-        row.doc_id: row
-        for row in conn.execute(
-            _LOCK_STORED,
-            {"ids": ids},
-        )
-    }
+    existing = {row.doc_id: row for row in conn.execute(_LOCK_STORED, {"ids": ids})}
     plan = plan_overwrites(
         [p.record for p in batch],
         {d: StoredState(r.permission_scope, Lifecycle(r.lifecycle)) for d, r in existing.items()},
@@ -403,7 +401,7 @@ def replace_chunks(
     *,
     new: AbstractSet[str] = frozenset(),
     recorded: AbstractSet[str] = frozenset(),
-    turn: Callable[[], None] = lambda: None,
+    turn: Turn | None = None,
 ) -> int:
     """Swap the index entries of ``sources`` for new ones, statistics and postings included
     (the new chunks' scope counters from what the statement writing them returns), and
@@ -411,14 +409,16 @@ def replace_chunks(
 
     ``recorded``: documents whose rows this transaction wrote saying so, body decided (an
     upsert's); probing them again to change nothing cost a fresh load ~5 % of its time.
-    ``turn`` is called before the first statement that locks the counters (write/ordered.py).
+    ``turn`` is called before the first statement that locks the counters (write/ordered.py),
+    with the new chunks' counts once they are written.
 
     A batch of at least ``COPY_MIN_CHUNKS`` chunks is streamed with binary COPY and merged
     set-based (:mod:`context_search.postgres.write.copy`); a smaller one is one INSERT."""
     ids = [s.doc_id for s in sources]
     replaced = [i for i in ids if i not in new]
     if replaced:  # ``new``: documents known to have no entries yet (nothing to look up)
-        turn()
+        if turn is not None:
+            turn(conn, ())
         conn.execute(STATS_DELTA, {"ids": replaced, "sign": -1})
         conn.execute(DELETE_CHUNKS, {"ids": replaced})
     if sum(len(s.chunks) for s in sources) >= COPY_MIN_CHUNKS:
@@ -427,7 +427,8 @@ def replace_chunks(
         )
     else:
         i, counts = _insert_chunks(conn, sources, vectors, settings)
-    turn()
+    if turn is not None:
+        turn(conn, counts)
     add_counts(conn, counts)
     unrecorded = [s for s in sources if s.doc_id not in recorded]
     if unrecorded:

@@ -48,17 +48,18 @@ _COPY = (
 
 def counted(insert: str) -> str:
     """``insert`` (an ``INSERT INTO chunks``) returning, per (scope, lifecycle), how many
-    chunks and tokens it wrote: the scope counters' delta, from ``RETURNING`` instead of a
-    second statement reading the rows back from ``chunks`` by document id (1,024 index
-    probes and heap reads per batch, a few per cent of a load). :func:`add_counts` applies
-    it afterwards, after the trigger's ``term_stats``, as the statement it replaces did.
-    (Writers that first take chunks away, a replaced document or a rescope, lock the
-    counters before ``term_stats``; the connector retries a deadlock between the two.)"""
+    chunks and tokens it wrote (and their ids): the scope counters' delta, from ``RETURNING``
+    instead of a second statement reading the rows back from ``chunks`` by document id
+    (1,024 index probes and heap reads per batch, a few per cent of a load).
+    :func:`add_counts` applies it afterwards, after the trigger's ``term_stats``, as the
+    statement it replaces did. (Writers that first take chunks away, a replaced document or
+    a rescope, lock the counters before ``term_stats``; the connector retries a deadlock
+    between the two.)"""
     return f"""
         WITH written AS ({insert}
-            RETURNING permission_scope, lifecycle, token_count)
+            RETURNING chunk_id, permission_scope, lifecycle, token_count)
         SELECT permission_scope, lifecycle, count(*) AS chunks,
-               COALESCE(sum(token_count), 0) AS tokens
+               COALESCE(sum(token_count), 0) AS tokens, array_agg(chunk_id) AS chunk_ids
         FROM written
         GROUP BY permission_scope, lifecycle"""  # noqa: S608
 

@@ -45,14 +45,17 @@ _ACTIVE = text("SELECT revision FROM index_configs WHERE active")
 _DEFER = text(f"SELECT set_config('{DEFER_SETTING}', 'on', true)")
 
 
-def enter_write(conn: Connection, revision: int | None, *, sorting: bool = False) -> None:
+def enter_write(
+    conn: Connection, revision: int | None, *, sorting: bool = False, listing: bool = False
+) -> None:
     """Pass the gate in ``conn``'s transaction, first thing; with ``revision``, also check
     that it is still the active configuration (writes of chunks and vectors). ``sorting``:
     a transaction of the connector's own that writes chunks, whose sort memory is raised
     to :data:`WRITE_WORK_MEM` in the same statement (never a caller's transaction: it
-    keeps its settings)."""
+    keeps its settings). ``listing``: the chunks it writes are only listed for their postings
+    (a batch written alongside another cuts them on its turn, ``write/ordered.py``)."""
     conn.execute(_SHARED_SORTING if sorting else _SHARED)
-    if DEFERRING.get():  # an initial load's batch: its postings are cut when the load ends
+    if listing or DEFERRING.get():  # an initial load's batch: cut when the load ends
         conn.execute(_DEFER)
     if revision is None:
         return

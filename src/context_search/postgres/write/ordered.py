@@ -1,18 +1,20 @@
-"""An initial load's batches written on two connections at once, committed in input order.
+"""An upsert's batches written on two connections at once, committed in input order.
 
-A load into an empty index builds its search indexes afterwards and only lists its chunks
-for the postings' cut (``indexes/builds.py``), so until a batch touches the counters its
-transaction holds no lock another batch of the same call needs: its documents are its own
-(an ``upsert`` rejects a repeated id), its chunks are new rows, its postings are a list
-(:func:`overlappable` names the records that would break this). Two batches then compute
-their chunks' tsvectors, most of a load's write time, on two server cores at once: a 100k
-load took 42.0 s instead of 47.0 (BENCHMARKS.md#footprint).
+Until a batch touches the counters (``term_stats``, ``scope_stats``), its transaction holds
+no lock another batch of the same call needs: its documents are its own (an ``upsert``
+rejects a repeated id), its chunks are new rows, and their postings are only listed, not
+cut (:func:`overlappable` names the records that would break this). Two batches then
+write their chunks side by side on two server cores: the tsvectors, most of an initial
+load's write time, and the vector graph's inserts, most of a streamed batch's. A load into
+an empty index leaves its listed postings to its one cut at the end (``indexes/builds.py``);
+any other batch cuts its own on its turn (:func:`listed_turn`), as the trigger would have.
 
-Each batch still takes its turn for the rest: it waits until every batch before it has
-committed before it touches the counters, then commits. So the committed batches are always
-the input's first ones, as ``upsert`` promises, and no transaction can wait in the database
-for a later batch while that batch waits here for it. A failed batch fails every later one
-before it commits; a later batch's failure does not stop an earlier one.
+Each batch takes its turn for the rest: it waits until every batch before it has committed
+before it touches the counters (or takes a stored document's chunks away), then commits.
+So the committed batches are always the input's first ones, as ``upsert`` promises, and no
+transaction can wait in the database for a later batch while that batch waits here for it.
+A failed batch fails every later one before it commits; a later batch's failure does not
+stop an earlier one.
 """
 
 from __future__ import annotations
@@ -22,16 +24,34 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Row, text
 
 from context_search.contract import ContextDocumentRecord, Lifecycle
+from context_search.postgres.engine.postings import listed_cut
 
-__all__ = ["LOAD_WRITERS", "EarlierBatchFailed", "Turns", "overlappable", "write_in_order"]
+__all__ = [
+    "LOAD_WRITERS",
+    "TURN_WAIT_S",
+    "EarlierBatchFailed",
+    "Turns",
+    "listed_turn",
+    "overlappable",
+    "write_in_order",
+]
 
-#: Batches of one initial load in flight at once, each on its own connection: two server
-#: cores compute tsvectors. More would mostly queue on a small server's cores and hold a
-#: pooled connection each.
+#: Batches of one ``upsert`` in flight at once, each on its own pooled connection. More
+#: would mostly queue for a small server's cores, and the vector graph's inserts contend
+#: for its pages.
 LOAD_WRITERS = 2
+
+#: A batch waits this long for its turn inside its transaction. Something may queue behind
+#: the locks it holds and hold up an earlier batch in turn (a configuration switch waiting
+#: for the write gate, DDL waiting for ``chunks``): the database cannot see that this batch
+#: waits for that one, so the batch gives way instead: it rolls back, waits for its turn
+#: outside any transaction, and is written again.
+TURN_WAIT_S = 10.0
 
 _Staged = TypeVar("_Staged")
 _Written = TypeVar("_Written")
@@ -46,8 +66,33 @@ def overlappable(records: Sequence[ContextDocumentRecord]) -> bool:
     return not any(r.supersedes or r.lifecycle is Lifecycle.DELETED for r in records)
 
 
+_CUT, _UNLIST = (text(sql) for sql in listed_cut())
+
+
+def listed_turn(
+    turn: Callable[[], None], *, cut: bool
+) -> Callable[[Connection, Sequence[Row[Any]]], None]:
+    """A batch's turn as ``replace_chunks`` takes it: wait for ``turn``, then, with ``cut``,
+    cut the postings of the chunks the batch listed (``counts``: what the statement writing
+    them returned), as the trigger would have while they were written. An initial load's
+    batches leave theirs for the load's one cut (``cut`` false)."""
+
+    def take(conn: Connection, counts: Sequence[Row[Any]]) -> None:
+        turn()
+        ids = [i for row in counts for i in row.chunk_ids]
+        if cut and ids:
+            conn.execute(_CUT, {"ids": ids})
+            conn.execute(_UNLIST, {"ids": ids})
+
+    return take
+
+
 class EarlierBatchFailed(Exception):
     """Raised inside a later batch's transaction, so it rolls back: an earlier one failed."""
+
+
+class _GiveWay(Exception):
+    """Raised inside a batch's transaction that waited :data:`TURN_WAIT_S` for its turn."""
 
 
 class Turns:
@@ -64,10 +109,14 @@ class Turns:
         with self._cond:
             return self._committed
 
-    def wait(self, n: int) -> None:
-        """Return once batches ``0 .. n-1`` committed; raise if one of them failed."""
+    def wait(self, n: int, timeout: float | None = None) -> None:
+        """Return once batches ``0 .. n-1`` committed; raise if one of them failed, or
+        (:class:`_GiveWay`) if ``timeout`` seconds passed first."""
         with self._cond:
-            self._cond.wait_for(lambda: self._committed >= n or self._failed_before(n))
+            if not self._cond.wait_for(
+                lambda: self._committed >= n or self._failed_before(n), timeout
+            ):
+                raise _GiveWay(f"batch {n} waited {timeout} s for its turn")
             if self._committed < n:
                 raise EarlierBatchFailed(f"a batch before batch {n} failed")
 
@@ -106,7 +155,12 @@ def write_in_order(
 
     def run(n: int, staged: _Staged) -> _Written:
         try:
-            written = write(n, staged, lambda: turns.wait(n))
+            while True:
+                try:
+                    written = write(n, staged, lambda: turns.wait(n, TURN_WAIT_S))
+                    break
+                except _GiveWay:
+                    turns.wait(n)  # rolled back: wait with no lock held, then write again
             turns.wait(n)  # a batch that wrote nothing took no turn: it still ends in order
         except BaseException:
             turns.failed(n)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from typing import NamedTuple
@@ -46,10 +46,16 @@ from context_search.postgres.write.batch import (
     STATS_DELTA,
     SYNC_COPIES,
     ProgressCallback,
+    Turn,
     write_batch,
 )
 from context_search.postgres.write.gate import enter_write
-from context_search.postgres.write.ordered import Turns, overlappable, write_in_order
+from context_search.postgres.write.ordered import (
+    Turns,
+    listed_turn,
+    overlappable,
+    write_in_order,
+)
 from context_search.postgres.write.overwrites import check_overwrites
 from context_search.postgres.write.precomputed import Precomputed
 from context_search.postgres.write.records import PreparedRecord, prepare
@@ -247,11 +253,12 @@ class Writes:
         rule: _Rule,
     ) -> IngestReport:
         """Write batch after batch while the next one is prepared and embedded in a second
-        thread (one batch ahead: memory stays bounded by two batches). An initial load's
-        batches are written two at a time, committed in input order (``write/ordered.py``)."""
+        thread (one batch ahead: memory stays bounded by two batches); batches of records
+        that lock nothing outside them are written two at a time, committed in input order
+        (``write/ordered.py``)."""
         tally = _Tally(len(valid), progress)
         starts = range(0, len(valid), batch_size)
-        if DEFERRING.get() and not defer_indexing and len(starts) > 1 and overlappable(valid):
+        if not defer_indexing and len(starts) > 1 and overlappable(valid):
             turns = Turns()
             try:
                 write_in_order(
@@ -260,7 +267,9 @@ class Writes:
                     lambda n: self._stage(
                         valid[starts[n] : starts[n] + batch_size], starts[n], False
                     ),
-                    lambda n, staged, turn: self._write(*staged, False, rule, turn),
+                    lambda n, staged, turn: self._write(
+                        *staged, False, rule, listed_turn(turn, cut=not DEFERRING.get())
+                    ),
                     lambda n, written: tally.add(starts[n], written),
                 )
             except ContextSearchError as exc:
@@ -314,7 +323,7 @@ class Writes:
         embedder: Embedder,
         defer_indexing: bool,
         rule: _Rule,
-        turn: Callable[[], None] = lambda: None,
+        turn: Turn | None = None,
     ) -> _Written:
         """One batch in its own transaction, tried again whole as a deadlock victim."""
         for attempt in write_attempts(self._engine, "upsert"):
