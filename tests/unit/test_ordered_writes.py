@@ -37,8 +37,8 @@ class _Log:
         slow: frozenset[int] = frozenset(),
         fail: frozenset[int] = frozenset(),
         slow_s: float = 0.05,
-    ) -> Callable[[int, str, Callable[[], None]], str]:
-        def write(n: int, staged: str, turn: Callable[[], None]) -> str:
+    ) -> Callable[[int, str, Callable[[float], None]], str]:
+        def write(n: int, staged: str, turn: Callable[[float], None]) -> str:
             with self.lock:
                 self.inside += 1
                 self.most_inside = max(self.most_inside, self.inside)
@@ -46,7 +46,7 @@ class _Log:
                 time.sleep(slow_s if n in slow else 0.005)  # the batch's own work
                 if n in fail:
                     raise RuntimeError(f"batch {n} failed")
-                turn()
+                turn(10.0)
                 with self.lock:
                     self.committed.append(n)
                 return staged.upper()
@@ -115,6 +115,9 @@ def test_a_batch_waiting_for_its_turn_gives_up_when_an_earlier_one_failed() -> N
     with pytest.raises(EarlierBatchFailed):
         turns.wait(2)
     turns.wait(1)  # an earlier batch's failure only stops the later ones
+    turns.abort()
+    with pytest.raises(EarlierBatchFailed):
+        turns.wait(1)  # the call stopped: not even a batch whose turn came commits
 
 
 def test_a_batch_that_wrote_nothing_still_ends_after_the_ones_before_it() -> None:
@@ -122,7 +125,7 @@ def test_a_batch_that_wrote_nothing_still_ends_after_the_ones_before_it() -> Non
     count as committed ahead of an earlier batch that then fails."""
     turns = Turns()
 
-    def write(n: int, staged: str, turn: Callable[[], None]) -> str:
+    def write(n: int, staged: str, turn: Callable[[float], None]) -> str:
         if n == 0:
             time.sleep(0.05)
             raise RuntimeError("batch 0 failed")
@@ -157,3 +160,19 @@ def test_a_batch_kept_waiting_for_its_turn_gives_way_and_is_written_again(
     write_in_order(turns, 2, lambda n: f"batch{n}", slow_first, lambda n, written: None)
     assert log.committed == [0, 1] and turns.committed_batches == 2
     assert log.rolled_back == [1]  # batch 1's first try gave way
+
+
+def test_a_failing_progress_callback_stops_the_batches_not_past_their_turn() -> None:
+    """The caller's callback raises once batch 0 committed: batch 1, written alongside,
+    must not commit after the call has failed (as the one-at-a-time path never wrote it)."""
+    log, turns = _Log(), Turns()
+
+    def collect(n: int, written: str) -> None:
+        raise KeyError("the caller's progress callback failed")
+
+    with pytest.raises(KeyError):
+        write_in_order(
+            turns, 3, lambda n: f"batch{n}", log.writer(slow=frozenset({1}), slow_s=0.2), collect
+        )
+    assert log.committed == [0] and turns.committed_batches == 1
+    assert 1 in log.rolled_back

@@ -13,11 +13,12 @@ import numpy as np
 import psycopg
 import pytest
 from psycopg import sql
+from sqlalchemy import text
 
 from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.contract import RecordOutcome
 from context_search.errors import BackendError
-from context_search.postgres import PostgresSearchConnector
+from context_search.postgres import ConnectionSettings, PostgresSearchConnector
 from context_search.postgres.indexes import builds
 from context_search.postgres.operations.audit import audit
 from context_search.postgres.operations.switch import sibling_names
@@ -690,3 +691,61 @@ def test_a_batch_waiting_for_its_turn_gives_way_to_a_switch_queued_behind_it(
     assert not switching.is_alive()
     assert report.committed_batches == 2
     _consistent(store)
+
+
+def test_a_batch_gives_way_before_the_idle_transaction_limit_ends_it(
+    context_search_dsn: str, context_search_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch waiting for its turn is idle in its transaction; with a short
+    ``idle_in_transaction_timeout_s`` it gives way (rolls back, waits, writes again) well
+    before the server would end its session."""
+    real = batch.copy_chunks
+
+    def slow_first(*args: Any, **kw: Any) -> Any:
+        written = real(*args, **kw)
+        if min(s.doc_id for s in args[1]) == "b00000":
+            # Busy, not idle: the second batch waits for it longer than the 1 s limit.
+            args[0].execute(text("SELECT pg_sleep(1.6)"))
+        return written
+
+    monkeypatch.setattr(batch, "copy_chunks", slow_first)
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        embedder=HashingEmbedder(),
+        schema=context_search_schema,
+        connection=ConnectionSettings(idle_in_transaction_timeout_s=1.0),
+    ) as short:
+        report = short.upsert([_doc(i) for i in range(120)], batch_size=60)
+        assert report.committed_batches == 2
+        _consistent(short)
+
+
+def test_a_small_pool_writes_one_batch_at_a_time(
+    context_search_dsn: str, context_search_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches side by side need a connection each and more: a pool of three writes them
+    one after the other instead of waiting for connections it does not have."""
+    real = batch.copy_chunks
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            time.sleep(0.2)
+            return real(*args, **kw)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(batch, "copy_chunks", counting)
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        embedder=HashingEmbedder(),
+        schema=context_search_schema,
+        connection=ConnectionSettings(max_size=3),
+    ) as small:
+        report = small.upsert([_doc(i) for i in range(120)], batch_size=40)
+    assert report.committed_batches == 3 and most[0] == 1

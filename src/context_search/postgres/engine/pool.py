@@ -41,6 +41,7 @@ __all__ = [
     "load_json",
     "ms",
     "pool_arguments",
+    "pool_max_size",
 ]
 
 
@@ -209,6 +210,13 @@ def create_store_engine(
     )
     _POOLS[engine] = pool
     return engine
+
+
+def pool_max_size(engine: Engine) -> int | None:
+    """How many connections the engine's own pool holds at most; ``None`` for an engine
+    this package did not create (its pool is the caller's to size)."""
+    pool = _POOLS.get(engine)
+    return None if pool is None else pool.max_size
 
 
 def close_store_engine(engine: Engine) -> None:

@@ -145,8 +145,10 @@ DEFER_SETTING = "context_search.defer_postings"
 #: ``WITH``), it may read, unnest and sort the postings in parallel workers, which at 100k
 #: chunks is a third of the cut's time on two cores (BENCHMARKS.md#footprint). A chunk removed
 #: before the lock is gone from ``chunks`` and from the list: its writer took it off, and
-#: neither counted nor tombstoned it. Nothing lists chunks meanwhile: only a load's own
-#: batches do, and the cut runs once they are done (``indexes/builds.py``).
+#: neither counted nor tombstoned it. Nothing else lists chunks meanwhile that the cut could
+#: see: a load's own batches are done when it runs (``indexes/builds.py``), and a batch
+#: written beside another (``write/ordered.py``) takes its entries off the list again
+#: before it commits.
 CUT_TABLE = "pg_temp.cs_deferred_cut"
 BUILD_DEFERRED_STEPS = (
     "SELECT count(*) FROM (SELECT chunk_id FROM posting_deferred FOR UPDATE) AS l",

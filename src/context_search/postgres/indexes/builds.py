@@ -327,8 +327,9 @@ def build_deferred_postings(raw: Any, *, tries: int = 4) -> int:
                     if counts[-1] != listed:
                         # Each statement reads the list afresh: a chunk listed after the lock
                         # may have been cut, or emptied from the list without its blocks.
-                        # Nothing lists chunks while a load's cut runs; if something did,
-                        # all of it is undone and cut again.
+                        # Nothing commits entries to the list while a load's cut runs (a
+                        # batch written beside another removes its own before it commits);
+                        # if something did, all of it is undone and cut again.
                         raise _ListChanged
                     return counts[1]
             except _ListChanged:

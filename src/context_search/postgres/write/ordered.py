@@ -28,14 +28,24 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Row, text
 
-from context_search.contract import ContextDocumentRecord, Lifecycle
+from context_search.contract import (
+    ContextDocumentRecord,
+    IngestReport,
+    Lifecycle,
+    RecordOutcome,
+    ScopeChange,
+)
 from context_search.postgres.engine.postings import listed_cut
+from context_search.postgres.write.batch import ProgressCallback
+from context_search.validation import OverwritePlan
 
 __all__ = [
     "LOAD_WRITERS",
     "TURN_WAIT_S",
     "EarlierBatchFailed",
+    "Tally",
     "Turns",
+    "Written",
     "listed_turn",
     "overlappable",
     "write_in_order",
@@ -54,7 +64,7 @@ LOAD_WRITERS = 2
 TURN_WAIT_S = 10.0
 
 _Staged = TypeVar("_Staged")
-_Written = TypeVar("_Written")
+_Result = TypeVar("_Result")
 
 
 def overlappable(records: Sequence[ContextDocumentRecord]) -> bool:
@@ -67,24 +77,69 @@ def overlappable(records: Sequence[ContextDocumentRecord]) -> bool:
 
 
 _CUT, _UNLIST = (text(sql) for sql in listed_cut())
+_IDLE_LIMIT = text(
+    "SELECT CAST(setting AS bigint) FROM pg_settings "
+    "WHERE name = 'idle_in_transaction_session_timeout'"
+)
 
 
 def listed_turn(
-    turn: Callable[[], None], *, cut: bool
+    turn: Callable[[float], None], *, cut: bool
 ) -> Callable[[Connection, Sequence[Row[Any]]], None]:
     """A batch's turn as ``replace_chunks`` takes it: wait for ``turn``, then, with ``cut``,
     cut the postings of the chunks the batch listed (``counts``: what the statement writing
     them returned), as the trigger would have while they were written. An initial load's
-    batches leave theirs for the load's one cut (``cut`` false)."""
+    batches leave theirs for the load's one cut (``cut`` false).
+
+    The wait is idle in a transaction, so it gives way well before the session's
+    ``idle_in_transaction_session_timeout`` would end it (``ConnectionSettings``)."""
 
     def take(conn: Connection, counts: Sequence[Row[Any]]) -> None:
-        turn()
+        idle_ms = int(conn.execute(_IDLE_LIMIT).scalar_one())
+        turn(idle_ms / 2000 if idle_ms > 0 else TURN_WAIT_S)
         ids = [i for row in counts for i in row.chunk_ids]
         if cut and ids:
             conn.execute(_CUT, {"ids": ids})
             conn.execute(_UNLIST, {"ids": ids})
 
     return take
+
+
+#: What one batch's write returns: outcomes, chunks, embeddings and the overwrite decision.
+Written = tuple[list[tuple[str, RecordOutcome]], int, int, OverwritePlan]
+
+
+class Tally:
+    """An ``upsert``'s report, batch by batch in input order."""
+
+    def __init__(self, total: int, progress: ProgressCallback | None) -> None:
+        self._total = total
+        self._progress = progress
+        self.outcomes: list[tuple[str, RecordOutcome]] = []
+        self.moves: list[ScopeChange] = []
+        self.restored: list[str] = []
+        self.chunks = self.embeddings = self.batches = 0
+
+    def add(self, start: int, written: Written) -> None:
+        outcomes, chunks, embeddings, plan = written
+        self.batches += 1
+        self.outcomes.extend(outcomes)
+        self.moves.extend(plan.scope_changes)
+        self.restored.extend(plan.restored)
+        self.chunks += chunks
+        self.embeddings += embeddings
+        if self._progress is not None:
+            self._progress(start + len(outcomes), self._total)
+
+    def report(self) -> IngestReport:
+        return IngestReport(
+            outcomes=tuple(self.outcomes),
+            chunks_written=self.chunks,
+            embeddings_computed=self.embeddings,
+            committed_batches=self.batches,
+            scope_changes=tuple(self.moves),
+            restored=tuple(self.restored),
+        )
 
 
 class EarlierBatchFailed(Exception):
@@ -102,6 +157,7 @@ class Turns:
         self._cond = threading.Condition()
         self._committed = 0
         self._failed: int | None = None
+        self._aborted = False
 
     @property
     def committed_batches(self) -> int:
@@ -110,19 +166,27 @@ class Turns:
             return self._committed
 
     def wait(self, n: int, timeout: float | None = None) -> None:
-        """Return once batches ``0 .. n-1`` committed; raise if one of them failed, or
-        (:class:`_GiveWay`) if ``timeout`` seconds passed first."""
+        """Return once batches ``0 .. n-1`` committed; raise if one of them failed or the
+        call stopped (:meth:`abort`), or (:class:`_GiveWay`) if ``timeout`` seconds passed
+        first."""
         with self._cond:
             if not self._cond.wait_for(
-                lambda: self._committed >= n or self._failed_before(n), timeout
+                lambda: self._committed >= n or self._failed_before(n) or self._aborted,
+                timeout,
             ):
                 raise _GiveWay(f"batch {n} waited {timeout} s for its turn")
-            if self._committed < n:
-                raise EarlierBatchFailed(f"a batch before batch {n} failed")
+            if self._aborted or self._committed < n:
+                raise EarlierBatchFailed(f"a batch before batch {n} failed, or the call stopped")
 
     def committed(self, n: int) -> None:
         with self._cond:
             self._committed = n + 1
+            self._cond.notify_all()
+
+    def abort(self) -> None:
+        """The call stops: no batch that has not passed its turn yet commits."""
+        with self._cond:
+            self._aborted = True
             self._cond.notify_all()
 
     def failed(self, n: int) -> None:
@@ -140,24 +204,25 @@ def write_in_order(
     turns: Turns,
     count: int,
     stage: Callable[[int], _Staged],
-    write: Callable[[int, _Staged, Callable[[], None]], _Written],
-    collect: Callable[[int, _Written], None],
+    write: Callable[[int, _Staged, Callable[[float], None]], _Result],
+    collect: Callable[[int, _Result], None],
 ) -> None:
     """Batches ``0 .. count-1``: ``stage(n)`` prepares one (no transaction; one thread, up to
     two batches ahead), ``write(n, staged, turn)`` writes it in its own transaction(s),
-    calling ``turn()`` before it takes a lock another batch needs (it returns once every
-    earlier batch committed), and ``collect(n, written)`` runs in this thread, in input
-    order, once batch ``n`` committed.
+    calling ``turn(limit)`` before it takes a lock another batch needs (it returns once
+    every earlier batch committed, or gives way after ``limit`` seconds at most), and
+    ``collect(n, written)`` runs in this thread, in input order, once batch ``n``
+    committed.
 
     The first failure in input order is raised, once every batch in flight has finished;
     ``turns.committed_batches`` then says how many committed (the later ones rolled back).
     """
 
-    def run(n: int, staged: _Staged) -> _Written:
+    def run(n: int, staged: _Staged) -> _Result:
         try:
             while True:
                 try:
-                    written = write(n, staged, lambda: turns.wait(n, TURN_WAIT_S))
+                    written = write(n, staged, lambda limit: turns.wait(n, min(TURN_WAIT_S, limit)))
                     break
                 except _GiveWay:
                     turns.wait(n)  # rolled back: wait with no lock held, then write again
@@ -175,7 +240,7 @@ def write_in_order(
     ahead: deque[Future[_Staged]] = deque(
         staging.submit(contextvars.copy_context().run, stage, n) for n in range(min(2, count))
     )
-    in_flight: deque[tuple[int, Future[_Written]]] = deque()
+    in_flight: deque[tuple[int, Future[_Result]]] = deque()
     try:
         for n in range(count):
             try:
@@ -193,8 +258,9 @@ def write_in_order(
         while in_flight:
             collect(*_settled(in_flight.popleft()))
     except BaseException:
-        # Every batch still in flight comes after the failure: none of them commits.
-        turns.failed(in_flight[0][0] if in_flight else count)
+        # A failed batch, a failing progress callback, an interrupt: no batch that has not
+        # passed its turn yet commits (one past it commits; ``committed_batches`` counts it).
+        turns.abort()
         raise
     finally:
         for future in ahead:
@@ -203,7 +269,7 @@ def write_in_order(
         writers.shutdown(wait=True)
 
 
-def _raise_earlier(in_flight: deque[tuple[int, Future[_Written]]]) -> None:
+def _raise_earlier(in_flight: deque[tuple[int, Future[_Result]]]) -> None:
     """The first failure among ``in_flight`` (earlier batches still being written), once
     they have finished; nothing if they all committed."""
     for _, future in in_flight:
@@ -212,5 +278,5 @@ def _raise_earlier(in_flight: deque[tuple[int, Future[_Written]]]) -> None:
             raise exc
 
 
-def _settled(item: tuple[int, Future[_Written]]) -> tuple[int, _Written]:
+def _settled(item: tuple[int, Future[_Result]]) -> tuple[int, _Result]:
     return item[0], item[1].result()

@@ -30,8 +30,6 @@ from context_search.contract import (
     GapReceipt,
     GapReport,
     IngestReport,
-    RecordOutcome,
-    ScopeChange,
     gap_id_for,
 )
 from context_search.embedding import Embedder
@@ -39,6 +37,7 @@ from context_search.errors import (
     ContextSearchError,
 )
 from context_search.postgres.engine.errors import translate_errors, write_attempts
+from context_search.postgres.engine.pool import pool_max_size
 from context_search.postgres.engine.postings import DEFERRING
 from context_search.postgres.indexes import builds
 from context_search.postgres.settings import IndexSettings
@@ -51,7 +50,10 @@ from context_search.postgres.write.batch import (
 )
 from context_search.postgres.write.gate import enter_write
 from context_search.postgres.write.ordered import (
+    LOAD_WRITERS,
+    Tally,
     Turns,
+    Written,
     listed_turn,
     overlappable,
     write_in_order,
@@ -62,7 +64,6 @@ from context_search.postgres.write.records import PreparedRecord, prepare
 from context_search.postgres.write.sizing import BATCH_RECORDS, FRESH, BulkLoad, incoming_chunks
 from context_search.postgres.write.visibility import change_visibility, record_change
 from context_search.validation import (
-    OverwritePlan,
     validate_doc_id,
     validate_gap,
     validate_records,
@@ -80,43 +81,6 @@ class _Rule(NamedTuple):
     restore_deleted: bool
 
 
-#: What one batch's write returns: outcomes, chunks, embeddings and the overwrite decision.
-_Written = tuple[list[tuple[str, RecordOutcome]], int, int, OverwritePlan]
-
-
-class _Tally:
-    """An ``upsert``'s report, batch by batch in input order."""
-
-    def __init__(self, total: int, progress: ProgressCallback | None) -> None:
-        self._total = total
-        self._progress = progress
-        self.outcomes: list[tuple[str, RecordOutcome]] = []
-        self.moves: list[ScopeChange] = []
-        self.restored: list[str] = []
-        self.chunks = self.embeddings = self.batches = 0
-
-    def add(self, start: int, written: _Written) -> None:
-        outcomes, chunks, embeddings, plan = written
-        self.batches += 1
-        self.outcomes.extend(outcomes)
-        self.moves.extend(plan.scope_changes)
-        self.restored.extend(plan.restored)
-        self.chunks += chunks
-        self.embeddings += embeddings
-        if self._progress is not None:
-            self._progress(start + len(outcomes), self._total)
-
-    def report(self) -> IngestReport:
-        return IngestReport(
-            outcomes=tuple(self.outcomes),
-            chunks_written=self.chunks,
-            embeddings_computed=self.embeddings,
-            committed_batches=self.batches,
-            scope_changes=tuple(self.moves),
-            restored=tuple(self.restored),
-        )
-
-
 class Writes:
     """Writes to one index schema under its active configuration."""
 
@@ -130,6 +94,9 @@ class Writes:
         #: The open ``bulk_load``: upserts inside it leave index builds to the load.
         self._load: BulkLoad | None = None
         self._loads_lock = threading.Lock()
+        #: Batches side by side need a connection each, one for the next batch's staging
+        #: and one for a load's lock: a pool this package sized for that (not a caller's).
+        self._overlap = (pool_max_size(engine) or 0) >= LOAD_WRITERS + 2
 
     def upsert(
         self,
@@ -256,9 +223,9 @@ class Writes:
         thread (one batch ahead: memory stays bounded by two batches); batches of records
         that lock nothing outside them are written two at a time, committed in input order
         (``write/ordered.py``)."""
-        tally = _Tally(len(valid), progress)
+        tally = Tally(len(valid), progress)
         starts = range(0, len(valid), batch_size)
-        if not defer_indexing and len(starts) > 1 and overlappable(valid):
+        if self._overlap and not defer_indexing and len(starts) > 1 and overlappable(valid):
             turns = Turns()
             try:
                 write_in_order(
@@ -324,7 +291,7 @@ class Writes:
         defer_indexing: bool,
         rule: _Rule,
         turn: Turn | None = None,
-    ) -> _Written:
+    ) -> Written:
         """One batch in its own transaction, tried again whole as a deadlock victim."""
         for attempt in write_attempts(self._engine, "upsert"):
             with attempt as conn:
