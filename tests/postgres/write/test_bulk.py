@@ -64,6 +64,18 @@ def _one(dsn: str, schema: str, query: str) -> Any:
         return row[0]
 
 
+def _hits(store: PostgresSearchConnector, i: int | str) -> list[str]:
+    """The documents a search for record ``i``'s title finds, best first."""
+    query = SearchQuery(query=f"Bulk record {i}", allowed_scopes=["team"])
+    return [h.doc_id for h in store.search(query).hits]
+
+
+def _connector(dsn: str, schema: str, settings: ConnectionSettings) -> PostgresSearchConnector:
+    return PostgresSearchConnector.open(
+        dsn, embedder=HashingEmbedder(), schema=schema, connection=settings
+    )
+
+
 def _consistent(store: PostgresSearchConnector) -> None:
     report = audit(store.engine)
     assert report.consistent, report.violations
@@ -281,13 +293,9 @@ def test_large_load_builds_the_vector_index_afterwards_and_searches_stay_correct
     real = batch.copy_chunks
     during: list[tuple[bool, list[str]]] = []
 
-    def probing(*args: Any, **kw: Any) -> int:
-        hits = store.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
+    def probing(*args: Any, **kw: Any) -> Any:
         during.append(
-            (
-                _vector_index_valid(context_search_dsn, context_search_schema),
-                [h.doc_id for h in hits],
-            )
+            (_vector_index_valid(context_search_dsn, context_search_schema), _hits(store, 3))
         )
         return real(*args, **kw)
 
@@ -380,8 +388,7 @@ def test_a_configuration_switch_builds_the_new_vector_index_after_loading(
         assert _vector_index_valid(context_search_dsn, context_search_schema)
         assert changed.reindex().done == 0
         _consistent(changed)
-        hits = changed.search(SearchQuery(query="Bulk record 7", allowed_scopes=["team"])).hits
-        assert hits[0].doc_id == "b00007"
+        assert _hits(changed, 7)[0] == "b00007"
 
 
 def test_next_batch_is_prepared_while_one_writes_and_a_failure_reports_what_committed(
@@ -430,10 +437,9 @@ def test_initial_load_builds_the_search_indexes_afterwards(
     during: dict[str, tuple[int, list[str]]] = {}
 
     def probing(*args: Any, **kw: Any) -> Any:
-        hits = store.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
         during[min(s.doc_id for s in args[1])] = (
             _one(context_search_dsn, context_search_schema, present),
-            [h.doc_id for h in hits],
+            _hits(store, 3),
         )
         return real(*args, **kw)
 
@@ -448,8 +454,7 @@ def test_initial_load_builds_the_search_indexes_afterwards(
     note = "SELECT obj_description(CAST('chunks' AS regclass), 'pg_class') IS NULL"
     assert _one(context_search_dsn, context_search_schema, note)  # nothing left to rebuild
     _consistent(store)
-    hits = store.search(SearchQuery(query="Bulk record 77", allowed_scopes=["team"])).hits
-    assert hits[0].doc_id == "b00077"
+    assert _hits(store, 77)[0] == "b00077"
 
 
 def test_opening_the_index_rebuilds_indexes_a_killed_load_left_missing(
@@ -462,8 +467,7 @@ def test_opening_the_index_rebuilds_indexes_a_killed_load_left_missing(
     ) as reopened:
         assert _vector_index_valid(context_search_dsn, context_search_schema)
         assert not builds.ensure_indexes(reopened.engine, reopened.index_settings.dimension)
-        hits = reopened.search(SearchQuery(query="Bulk record 3", allowed_scopes=["team"])).hits
-        assert hits[0].doc_id == "b00003"
+        assert _hits(reopened, 3)[0] == "b00003"
 
 
 def test_bulk_load_groups_several_upserts_into_one_load(
@@ -482,13 +486,11 @@ def test_bulk_load_groups_several_upserts_into_one_load(
             store.upsert([_doc(i) for i in range(start, start + 15)], batch_size=15)
             seen.append(_one(context_search_dsn, context_search_schema, present))
             assert load.deferred  # decided on the first window
-            hits = store.search(SearchQuery(query=f"Bulk record {start}", allowed_scopes=["team"]))
-            assert hits.hits[0].doc_id == f"b{start:05d}"  # searches stay right meanwhile
+            assert _hits(store, start)[0] == f"b{start:05d}"  # searches stay right meanwhile
     assert seen == [0, 0, 0, 0]  # no window rebuilt the indexes on its own
     assert _one(context_search_dsn, context_search_schema, present) == len(builds.DEFERRABLE)
     _consistent(store)
-    hits = store.search(SearchQuery(query="Bulk record 44", allowed_scopes=["team"])).hits
-    assert hits[0].doc_id == "b00044"
+    assert _hits(store, 44)[0] == "b00044"
 
 
 def test_a_small_bulk_load_keeps_the_indexes_and_a_failed_one_rebuilds_them(
@@ -578,8 +580,7 @@ def test_an_initial_load_writes_two_batches_at_once_and_commits_them_in_order(
     assert [d for d, _ in report.outcomes] == [f"b{i:05d}" for i in range(120)]
     assert seen_by_second[0] == 0  # nothing committed while both were writing
     _consistent(store)
-    hits = store.search(SearchQuery(query="Bulk record 7", allowed_scopes=["team"])).hits
-    assert hits[0].doc_id == "b00007"
+    assert _hits(store, 7)[0] == "b00007"
 
 
 def test_a_failed_batch_of_an_initial_load_takes_the_later_ones_with_it(
@@ -643,8 +644,7 @@ def test_streamed_batches_are_written_side_by_side_and_cut_their_own_postings(
     assert _one(context_search_dsn, context_search_schema, listed) == 0
     _consistent(store)
     for i in (3, 40, 77, 129):
-        hits = store.search(SearchQuery(query=f"Bulk record {i}", allowed_scopes=["team"])).hits
-        assert hits[0].doc_id == f"b{i:05d}"
+        assert _hits(store, i)[0] == f"b{i:05d}"
     # Written again, some of them changed: replaced documents take their turn first.
     changed = [_doc(i, source_revision="v2") if i % 2 else _doc(i) for i in range(10, 130)]
     report = store.upsert(changed, batch_size=60)
@@ -709,12 +709,8 @@ def test_a_batch_gives_way_before_the_idle_transaction_limit_ends_it(
         return written
 
     monkeypatch.setattr(batch, "copy_chunks", slow_first)
-    with PostgresSearchConnector.open(
-        context_search_dsn,
-        embedder=HashingEmbedder(),
-        schema=context_search_schema,
-        connection=ConnectionSettings(idle_in_transaction_timeout_s=1.0),
-    ) as short:
+    settings = ConnectionSettings(idle_in_transaction_timeout_s=1.0)
+    with _connector(context_search_dsn, context_search_schema, settings) as short:
         report = short.upsert([_doc(i) for i in range(120)], batch_size=60)
         assert report.committed_batches == 2
         _consistent(short)
@@ -741,11 +737,7 @@ def test_a_small_pool_writes_one_batch_at_a_time(
                 inside[0] -= 1
 
     monkeypatch.setattr(batch, "copy_chunks", counting)
-    with PostgresSearchConnector.open(
-        context_search_dsn,
-        embedder=HashingEmbedder(),
-        schema=context_search_schema,
-        connection=ConnectionSettings(max_size=3),
-    ) as small:
+    settings = ConnectionSettings(max_size=3)
+    with _connector(context_search_dsn, context_search_schema, settings) as small:
         report = small.upsert([_doc(i) for i in range(120)], batch_size=40)
     assert report.committed_batches == 3 and most[0] == 1
