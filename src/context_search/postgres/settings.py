@@ -58,8 +58,10 @@ class ConnectionSettings:
     is down: the call then fails with ``BACKEND_UNAVAILABLE`` instead of hanging).
     ``statement_timeout_s`` is the per-connection backstop; ``search_timeout_s`` the limit of
     one read call (search, explain, get). ``idle_in_transaction_timeout_s`` ends sessions that
-    sit in an open transaction doing nothing (the library never does: embeddings are
+    sit in an open transaction doing nothing (the library does so only while a batch waits
+    for the one before it to commit, and then at most half this limit: embeddings are
     computed before a write transaction begins). ``0`` disables a server-side limit.
+    ``max_size`` below 4 writes an upsert's batches one at a time (``write/ordered.py``).
     ``reconnect_timeout_s`` caps one round of reconnect attempts with backoff (psycopg_pool
     doubles the delay each time); a short round means that once a restarted server answers,
     the pool tries again within a few seconds rather than after minutes of backoff.
