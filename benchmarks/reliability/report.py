@@ -57,7 +57,10 @@ def markdown(result: dict[str, Any]) -> str:
             "conversion of the vector graph (halfvec to bits or back) is killed, process and "
             "backend, while its concurrent build runs under a writer; the next open leaves one "
             "valid graph, the conversion asked again under a writer completes, and a halfvec "
-            "graph built so holds every write.",
+            "graph built so holds every write. *terminate during ordered upsert* fires when a "
+            "backend of an upsert written two batches at a time (`write/ordered.py`) is "
+            "terminated mid-call; the documents present afterwards must be exactly the "
+            "committed prefix of the input the error names.",
             "",
             f"After all faults: {faults['acknowledged_documents']:,} acknowledged documents "
             f"checked (readable and found by search in their scope only, at their last "
