@@ -176,3 +176,26 @@ def test_a_failing_progress_callback_stops_the_batches_not_past_their_turn() -> 
         )
     assert log.committed == [0] and turns.committed_batches == 1
     assert 1 in log.rolled_back
+
+
+def test_a_batch_past_its_turn_when_the_call_stops_commits_and_is_counted() -> None:
+    """Batch 1's turn opens when batch 0 commits, before this thread collects batch 0: when
+    the callback then fails, batch 1 may have committed already (its transaction ended, the
+    call not yet returned), and the count must say so."""
+    log, turns = _Log(), Turns()
+
+    def write(n: int, staged: str, turn: Callable[[float], None]) -> str:
+        turn(10.0)
+        with log.lock:
+            log.committed.append(n)
+        if n == 1:
+            time.sleep(0.3)  # committed; the call stops before this batch returns
+        return staged
+
+    def collect(n: int, written: str) -> None:
+        time.sleep(0.1)  # batch 1 takes its turn and commits meanwhile
+        raise KeyError("the caller's progress callback failed")
+
+    with pytest.raises(KeyError):
+        write_in_order(turns, 2, lambda n: f"batch{n}", write, collect)
+    assert log.committed == [0, 1] and turns.committed_batches == 2

@@ -282,8 +282,8 @@ def write_batch(
     shared overwrite rule under the batch's row locks; a refusal raises before any write.
     Returns outcomes in input order, chunks written, embeddings computed and that decision.
     ``own``: false in a caller's transaction (see ``enter_write``); ``turn``: a batch written
-    alongside others (indexed now, without supersedes): its chunks' postings are listed,
-    and :func:`replace_chunks` takes its turn.
+    alongside others (indexed now; no supersedes, no deleted records): its chunks' postings
+    are listed, and :func:`replace_chunks` takes its turn.
     """
     enter_write(conn, settings.revision, sorting=own, listing=turn is not None)
     ids = [p.record.document_id for p in batch]
@@ -409,8 +409,8 @@ def replace_chunks(
 
     ``recorded``: documents whose rows this transaction wrote saying so, body decided (an
     upsert's); probing them again to change nothing cost a fresh load ~5 % of its time.
-    ``turn`` is called before the first statement that locks the counters (write/ordered.py),
-    with the new chunks' counts once they are written.
+    ``turn`` is called before the first statement that locks the counters (write/ordered.py):
+    with no counts before stored chunks are taken away, with the new chunks' once written.
 
     A batch of at least ``COPY_MIN_CHUNKS`` chunks is streamed with binary COPY and merged
     set-based (:mod:`context_search.postgres.write.copy`); a smaller one is one INSERT."""

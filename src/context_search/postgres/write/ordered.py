@@ -56,7 +56,8 @@ __all__ = [
 #: for its pages.
 LOAD_WRITERS = 2
 
-#: A batch waits this long for its turn inside its transaction. Something may queue behind
+#: A batch waits at most this long for its turn inside its transaction (less under a short
+#: ``idle_in_transaction_session_timeout``: :func:`listed_turn`). Something may queue behind
 #: the locks it holds and hold up an earlier batch in turn (a configuration switch waiting
 #: for the write gate, DDL waiting for ``chunks``): the database cannot see that this batch
 #: waits for that one, so the batch gives way instead: it rolls back, waits for its turn
@@ -147,7 +148,7 @@ class EarlierBatchFailed(Exception):
 
 
 class _GiveWay(Exception):
-    """Raised inside a batch's transaction that waited :data:`TURN_WAIT_S` for its turn."""
+    """Raised inside a batch's transaction that waited as long as it may for its turn."""
 
 
 class Turns:
@@ -165,17 +166,20 @@ class Turns:
         with self._cond:
             return self._committed
 
-    def wait(self, n: int, timeout: float | None = None) -> None:
-        """Return once batches ``0 .. n-1`` committed; raise if one of them failed or the
-        call stopped (:meth:`abort`), or (:class:`_GiveWay`) if ``timeout`` seconds passed
-        first."""
+    def wait(self, n: int, timeout: float | None = None, *, stoppable: bool = True) -> None:
+        """Return once batches ``0 .. n-1`` committed; raise if one of them failed or (when
+        ``stoppable``) the call stopped (:meth:`abort`), or (:class:`_GiveWay`) if
+        ``timeout`` seconds passed first. A batch that has committed already waits
+        unstoppable: it only ends in order, and is counted."""
         with self._cond:
             if not self._cond.wait_for(
-                lambda: self._committed >= n or self._failed_before(n) or self._aborted,
+                lambda: (
+                    self._committed >= n or self._failed_before(n) or (stoppable and self._aborted)
+                ),
                 timeout,
             ):
                 raise _GiveWay(f"batch {n} waited {timeout} s for its turn")
-            if self._aborted or self._committed < n:
+            if (stoppable and self._aborted) or self._committed < n:
                 raise EarlierBatchFailed(f"a batch before batch {n} failed, or the call stopped")
 
     def committed(self, n: int) -> None:
@@ -215,7 +219,8 @@ def write_in_order(
     committed.
 
     The first failure in input order is raised, once every batch in flight has finished;
-    ``turns.committed_batches`` then says how many committed (the later ones rolled back).
+    ``turns.committed_batches`` then says how many committed, always the first ones (a
+    batch past its turn when the call stopped among them; the later ones rolled back).
     """
 
     def run(n: int, staged: _Staged) -> _Result:
@@ -226,7 +231,8 @@ def write_in_order(
                     break
                 except _GiveWay:
                     turns.wait(n)  # rolled back: wait with no lock held, then write again
-            turns.wait(n)  # a batch that wrote nothing took no turn: it still ends in order
+            # Committed (or it wrote nothing and took no turn): it ends in order, and counts.
+            turns.wait(n, stoppable=False)
         except BaseException:
             turns.failed(n)
             raise
@@ -259,7 +265,8 @@ def write_in_order(
             collect(*_settled(in_flight.popleft()))
     except BaseException:
         # A failed batch, a failing progress callback, an interrupt: no batch that has not
-        # passed its turn yet commits (one past it commits; ``committed_batches`` counts it).
+        # passed its turn yet commits. One past it (its turn opens when the batch before it
+        # commits, not when that batch is collected here) commits, and is counted.
         turns.abort()
         raise
     finally:
