@@ -95,9 +95,13 @@ def listed_turn(
     The wait is idle in a transaction, so it gives way well before the session's
     ``idle_in_transaction_session_timeout`` would end it (``ConnectionSettings``)."""
 
+    limit: list[float] = []  # read once per batch written: its turn is taken once or twice
+
     def take(conn: Connection, counts: Sequence[Row[Any]]) -> None:
-        idle_ms = int(conn.execute(_IDLE_LIMIT).scalar_one())
-        turn(idle_ms / 2000 if idle_ms > 0 else TURN_WAIT_S)
+        if not limit:
+            idle_ms = int(conn.execute(_IDLE_LIMIT).scalar_one())
+            limit.append(idle_ms / 2000 if idle_ms > 0 else TURN_WAIT_S)
+        turn(limit[0])
         ids = [i for row in counts for i in row.chunk_ids]
         if cut and ids:
             conn.execute(_CUT, {"ids": ids})
