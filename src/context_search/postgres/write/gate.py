@@ -31,8 +31,9 @@ _SHARED = text(
 )
 #: A write transaction's sorts get at least this much memory (``work_mem``, a bound, not an
 #: allocation): the postings trigger sorts a batch's postings by group and impact, ~70
-#: thousand for 1,000 chunks, which spilled to disk at PostgreSQL's default 4 MB (a
-#: streamed chunk's trigger took a seventh longer). A larger setting of the server's stays.
+#: thousand for 1,000 chunks, which spilled to disk at PostgreSQL's default 4 MB (the
+#: trigger took a sixth longer: 228 against 195 ms, BENCHMARKS.md#footprint). A larger
+#: setting of the server's stays.
 WRITE_WORK_MEM = 64 * 1024 * 1024
 _SHARED_SORTING = text(
     f"SELECT pg_advisory_xact_lock_shared(hashtextextended(current_schema() || '/{GATE}', 0)), "
