@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,3 +74,37 @@ def test_record_hash_tells_records_apart() -> None:
         document_id="a", body="x", permission_scope="team", metadata={"k": "v"}
     )
     assert record_hash(base) != record_hash(changed)
+
+
+def test_record_hash_of_a_stored_record_is_pinned() -> None:
+    """Indexes already hold hashes computed this way: a change to any part of the text
+    (both copies of the definition above changed together, say) rewrites every document
+    on its next ingest. The value was computed by the implementation before this test."""
+    record = ContextDocumentRecord(
+        document_id="zh-1",
+        body="极光服务每天夜间重启。",
+        permission_scope="team",
+        title="Zoë",
+        chunks=((0, 6),),
+        lifecycle=Lifecycle.SUPERSEDED,
+        updated_at=datetime(2024, 2, 3, tzinfo=UTC),
+        tags=("b", "a"),
+        metadata={"k": [1, {"b": 2, "a": 1}], "a": "é"},
+    )
+    assert record_hash(record) == (
+        "sha256:46d8b4de18a76557939f0b001e2c9e1d90acda1e8add26230f17b61cc94ae4dc"
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Annotated(ContextDocumentRecord):
+    """A caller's own record type with a field of its own."""
+
+    note: str = ""
+
+
+def test_record_hash_covers_a_subclass_s_own_fields() -> None:
+    first = _Annotated(document_id="a", body="x", permission_scope="team", note="1")
+    second = _Annotated(document_id="a", body="x", permission_scope="team", note="2")
+    assert record_hash(first) == _defined(first)
+    assert record_hash(first) != record_hash(second)

@@ -47,8 +47,13 @@ def record_hash(record: ContextDocumentRecord) -> str:
     Stored hashes compare against it, so its text must not change: the same JSON as
     ``json.dumps(..., sort_keys=True, ensure_ascii=False, separators=(",", ":"))`` of every
     field (a fifth of preparing a record, hence the shortcuts for plain values)."""
+    names = (
+        _HASHED
+        if type(record) is ContextDocumentRecord
+        else tuple(n for n in record.__dataclass_fields__ if n != "metadata")
+    )
     fields = {}
-    for name in _HASHED:
+    for name in names:
         value = getattr(record, name)
         fields[name] = value if type(value) in _PLAIN else _jsonable(value)
     fields["metadata"] = _jsonable(dict(record.metadata))
