@@ -162,12 +162,10 @@ def test_the_probe_catches_reads_that_keep_the_login_role(
 ) -> None:
     """The same search with the role switch taken out of the read transaction's opening
     statement returns the team rows: the policy probe above is load-bearing."""
-    opening = str(read_session._OPEN_SQL.text)
-    assert "set_config('role', :role, true)" in opening
-    broken = text(opening.replace("set_config('role', :role, true)", "CAST(:role AS text)"))
-    monkeypatch.setattr(
-        read_session, "_OPEN_SQL", broken.bindparams(*read_session._OPEN_SQL._bindparams.values())
-    )
+    opening = read_session._OPEN_SQL
+    assert "set_config('role', $1, true)" in opening
+    broken = opening.replace("set_config('role', $1, true)", "CAST($1 AS text)")
+    monkeypatch.setattr(read_session, "_OPEN_SQL", broken)
     with PostgresSearchConnector.open(
         context_search_dsn, schema=hidden_schema, embedder=HashingEmbedder()
     ) as c:

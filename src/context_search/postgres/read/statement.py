@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import psycopg
 from psycopg import sql as psql
 from sqlalchemy import Row
 from sqlalchemy.dialects import postgresql
@@ -23,7 +22,7 @@ from context_search.fusion import FusionSettings
 from context_search.postgres.engine.drivers import driver_of
 from context_search.postgres.engine.vectors import halfvec_literal
 from context_search.postgres.read.rows import StatementRows, result_columns
-from context_search.postgres.read.session import SEARCH_TUNING, ReadSession
+from context_search.postgres.read.session import SEARCH_TUNING, ReadSession, driver_cursor
 from context_search.postgres.read.sql.filters import (
     EVIDENCE_SQL,
     DocumentFilter,
@@ -268,21 +267,10 @@ def _fetch(
 ) -> StatementRows:
     """Every row of ``statement``, sent on the session's driver connection (see
     :func:`numbered_search_sql` for why not through SQLAlchemy)."""
-    raw = driver_of(session.conn)
-    # The asyncio driver's synchronous view makes its own (awaited) raw cursor.
-    cursor = psycopg.RawCursor(raw) if isinstance(raw, psycopg.Connection) else raw.raw_cursor()
-    try:
-        with cursor as cur:
-            cur.execute(statement.text, statement.params(bind))
-            rows = cur.fetchall()
-            return StatementRows(result_columns(cur.pgresult), rows)
-    except psycopg.Error:
-        if raw.broken or raw.closed:
-            # What SQLAlchemy does when a statement of its own finds the connection dead:
-            # invalidate it, so no ROLLBACK is tried on it and the caller sees this error
-            # (the server's reason and SQLSTATE), not "the connection is closed".
-            session.conn.invalidate()
-        raise
+    with driver_cursor(session.conn) as cur:
+        cur.execute(statement.text, statement.params(bind))
+        rows = cur.fetchall()
+        return StatementRows(result_columns(cur.pgresult), rows)
 
 
 def fetch_evidence_rows(session: ReadSession, vq: ValidQuery) -> list[Row[Any]]:
