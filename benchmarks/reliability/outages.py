@@ -165,21 +165,26 @@ def fault_embedder(
                 store.upsert(recs, batch_size=10)
                 tally.wrong.append("upsert succeeded although the embedder raised")
                 continue
-            except EmbeddingFailedError:
+            except EmbeddingFailedError as exc:
                 tally.injected += 1
                 tally.typed_errors += 1
+                committed = int(exc.details.get("committed", -1))
+                batches = exc.details.get("committed_batches")
             except Exception as exc:
                 tally.wrong.append(f"raw {type(exc).__name__}: {exc}")
                 continue
-            # Batches before the failing call committed, the failing one not at all.
-            committed = (flaky.fail_on - 1) * 10
-            for k in range(0, len(recs), 10):
-                present = sum(
-                    store.get_document(r.document_id, SCOPES) is not None for r in recs[k : k + 10]
+            # The batches before the failing call committed, the failing one and every later
+            # one not at all (however the call cut its records into batches of at most 10),
+            # and the error names exactly that prefix of the input.
+            if batches != flaky.fail_on - 1:
+                tally.wrong.append(
+                    f"{batches} batches reported committed, expected {flaky.fail_on - 1}"
                 )
-                want = 10 if k < committed else 0
-                if present != want:
-                    tally.wrong.append(f"batch {k // 10}: {present} of 10 present, expected {want}")
+            present = [store.get_document(r.document_id, SCOPES) is not None for r in recs]
+            if present != [i < committed for i in range(len(recs))]:
+                tally.wrong.append(
+                    f"{sum(present)} of {len(recs)} present, not the first {committed} reported"
+                )
             t0 = time.monotonic()
             store.upsert(recs, batch_size=10)  # the retry: the embedder works again
             ledger.ack_all(recs, t0)

@@ -18,6 +18,7 @@ from context_search.postgres.write.ordered import (
     EarlierBatchFailed,
     Turns,
     overlappable,
+    paired_size,
     write_in_order,
 )
 
@@ -199,3 +200,16 @@ def test_a_batch_past_its_turn_when_the_call_stops_commits_and_is_counted() -> N
     with pytest.raises(KeyError):
         write_in_order(turns, 2, lambda n: f"batch{n}", write, collect)
     assert log.committed == [0, 1] and turns.committed_batches == 2
+
+
+@pytest.mark.parametrize(
+    ("records", "batch_size", "batches"),
+    [(5000, 1024, 6), (4096, 1024, 4), (2049, 1024, 4), (1025, 1024, 2), (100, 10, 10)],
+)
+def test_paired_size_shares_the_batches_evenly_between_the_writers(
+    records: int, batch_size: int, batches: int
+) -> None:
+    size = paired_size(records, batch_size)
+    assert size <= batch_size
+    assert -(-records // size) == batches
+    assert batches % LOAD_WRITERS == 0

@@ -408,7 +408,7 @@ def test_next_batch_is_prepared_while_one_writes_and_a_failure_reports_what_comm
 
     monkeypatch.setattr("context_search.postgres.write.writes.write_batch", fail_third)
     with pytest.raises(BackendError) as caught:
-        store.upsert([_doc(i) for i in range(50)], batch_size=10)
+        store.upsert([_doc(i) for i in range(40)], batch_size=10)
     assert caught.value.details["committed"] == 20
     assert caught.value.details["committed_batches"] == 2
     assert _one(context_search_dsn, context_search_schema, "SELECT count(*) FROM documents") == 20
@@ -416,12 +416,25 @@ def test_next_batch_is_prepared_while_one_writes_and_a_failure_reports_what_comm
     monkeypatch.setattr("context_search.postgres.write.writes.write_batch", real)
     seen: list[tuple[int, int]] = []
     report = store.upsert(
-        [_doc(i) for i in range(50)], batch_size=10, progress=lambda a, b: seen.append((a, b))
+        [_doc(i) for i in range(40)], batch_size=10, progress=lambda a, b: seen.append((a, b))
     )
     assert [o for _, o in report.outcomes] == [RecordOutcome.UNCHANGED] * 20 + [
         RecordOutcome.INSERTED
-    ] * 30
-    assert seen == [(10 * k, 50) for k in range(1, 6)] and report.committed_batches == 5
+    ] * 20
+    assert seen == [(10 * k, 40) for k in range(1, 5)] and report.committed_batches == 4
+    _consistent(store)
+
+
+def test_batches_written_in_pairs_are_split_evenly(store: PostgresSearchConnector) -> None:
+    """Five batches' worth of records become six smaller batches, so the last is not
+    written alone while the other writer waits; none is larger than ``batch_size``."""
+    seen: list[tuple[int, int]] = []
+    report = store.upsert(
+        [_doc(i) for i in range(50)], batch_size=10, progress=lambda a, b: seen.append((a, b))
+    )
+    assert seen == [(9, 50), (18, 50), (27, 50), (36, 50), (45, 50), (50, 50)]
+    assert report.committed_batches == 6
+    assert [o for _, o in report.outcomes] == [RecordOutcome.INSERTED] * 50
     _consistent(store)
 
 
@@ -444,9 +457,9 @@ def test_initial_load_builds_the_search_indexes_afterwards(
         return real(*args, **kw)
 
     monkeypatch.setattr(batch, "copy_chunks", probing)
-    store.upsert([_doc(i) for i in range(120)], batch_size=40)
-    assert sorted(during) == ["b00000", "b00040", "b00080"]
-    assert [n for n, _ in during.values()] == [0, 0, 0]
+    store.upsert([_doc(i) for i in range(160)], batch_size=40)
+    assert sorted(during) == ["b00000", "b00040", "b00080", "b00120"]
+    assert [n for n, _ in during.values()] == [0, 0, 0, 0]
     # The second batch is written alongside the first (write/ordered.py); the third starts
     # once the first committed, and finds it: searches stay right.
     assert during["b00080"][1][:1] == ["b00003"]
@@ -575,9 +588,9 @@ def test_an_initial_load_writes_two_batches_at_once_and_commits_them_in_order(
         return written
 
     monkeypatch.setattr(batch, "copy_chunks", meeting)
-    report = store.upsert([_doc(i) for i in range(120)], batch_size=40)
-    assert report.committed_batches == 3 and report.chunks_written > 0
-    assert [d for d, _ in report.outcomes] == [f"b{i:05d}" for i in range(120)]
+    report = store.upsert([_doc(i) for i in range(160)], batch_size=40)
+    assert report.committed_batches == 4 and report.chunks_written > 0
+    assert [d for d, _ in report.outcomes] == [f"b{i:05d}" for i in range(160)]
     assert seen_by_second[0] == 0  # nothing committed while both were writing
     _consistent(store)
     assert _hits(store, 7)[0] == "b00007"

@@ -56,6 +56,7 @@ from context_search.postgres.write.ordered import (
     Written,
     listed_turn,
     overlappable,
+    paired_size,
     write_in_order,
 )
 from context_search.postgres.write.overwrites import check_overwrites
@@ -118,8 +119,8 @@ class Writes:
         allow_scope_change: bool = False,
         restore_deleted: bool = False,
     ) -> IngestReport:
-        """Insert or replace records, one transaction per ``batch_size`` records, in input
-        order: all or nothing per batch, not per call.
+        """Insert or replace records in transactions of at most ``batch_size`` records, in
+        input order: all or nothing per batch, not per call.
 
         A scope change of a stored document is refused (``SCOPE_CHANGE_REFUSED``) before
         the first batch unless ``allow_scope_change``; deleted documents are skipped unless
@@ -232,14 +233,14 @@ class Writes:
         tally = Tally(len(valid), progress)
         starts = range(0, len(valid), batch_size)
         if self._overlap and not defer_indexing and len(starts) > 1 and overlappable(valid):
+            size = paired_size(len(valid), batch_size)
+            starts = range(0, len(valid), size)
             turns = Turns()
             try:
                 write_in_order(
                     turns,
                     len(starts),
-                    lambda n: self._stage(
-                        valid[starts[n] : starts[n] + batch_size], starts[n], False
-                    ),
+                    lambda n: self._stage(valid[starts[n] : starts[n] + size], starts[n], False),
                     lambda n, staged, turn: self._write(
                         *staged, False, rule, listed_turn(turn, cut=not DEFERRING.get())
                     ),
@@ -247,9 +248,7 @@ class Writes:
                 )
             except ContextSearchError as exc:
                 done = turns.committed_batches
-                exc.details.update(
-                    committed=min(done * batch_size, len(valid)), committed_batches=done
-                )
+                exc.details.update(committed=min(done * size, len(valid)), committed_batches=done)
                 raise
             return tally.report()
         # One batch: nothing to overlap, and no thread hand-off on a small write's path.
