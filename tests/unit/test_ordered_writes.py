@@ -5,6 +5,7 @@ first failure in input order is the one raised, with the later batches undone.""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from context_search.postgres.write.ordered import (
     EarlierBatchFailed,
     Turns,
     overlappable,
-    paired_size,
+    paired_bounds,
     write_in_order,
 )
 
@@ -204,12 +205,24 @@ def test_a_batch_past_its_turn_when_the_call_stops_commits_and_is_counted() -> N
 
 @pytest.mark.parametrize(
     ("records", "batch_size", "batches"),
-    [(5000, 1024, 6), (4096, 1024, 4), (2049, 1024, 4), (1025, 1024, 2), (100, 10, 10)],
+    [
+        (5000, 1024, 6),
+        (4096, 1024, 4),
+        (2049, 1024, 4),
+        (1025, 1024, 2),
+        (100, 10, 10),
+        (81, 10, 10),
+        (109, 10, 12),
+        (5, 2, 4),
+        (3, 1, 3),  # one record per batch: as many batches as records, however many
+    ],
 )
-def test_paired_size_shares_the_batches_evenly_between_the_writers(
+def test_paired_bounds_share_the_batches_evenly_between_the_writers(
     records: int, batch_size: int, batches: int
 ) -> None:
-    size = paired_size(records, batch_size)
-    assert size <= batch_size
-    assert -(-records // size) == batches
-    assert batches % LOAD_WRITERS == 0
+    bounds = paired_bounds(records, batch_size)
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
+    assert bounds[0] == 0 and bounds[-1] == records
+    assert len(sizes) == batches
+    assert max(sizes) <= batch_size and max(sizes) - min(sizes) <= 1
+    assert batches % LOAD_WRITERS == 0 or batches == records

@@ -321,7 +321,7 @@ def ingest(
         OnError, typer.Option("--on-error", help="abort: write nothing; skip: write good ones.")
     ] = OnError.ABORT,
     batch_size: Annotated[
-        int, typer.Option(help="Records per transaction.", min=1)
+        int, typer.Option(help="At most this many records per transaction.", min=1)
     ] = BATCH_RECORDS,
     defer_indexing: Annotated[
         bool, typer.Option("--defer-indexing", help="Store now; chunk and embed with `reindex`.")

@@ -83,8 +83,8 @@ class WriteSide:
         restore_deleted: bool = False,
     ) -> IngestReport:
         """Insert or replace records in transactions of at most ``batch_size`` records: all
-        or nothing per batch, not per call (batches written two at a time are of equal size,
-        an even number of them: ``write/ordered.py``).
+        or nothing per batch, not per call (batches written two at a time are an even
+        number of nearly equal size: ``write/ordered.py``).
 
         ``connection``: write every record in the caller's open transaction on it instead
         (a connection of this index's engine, one whose ``search_path`` starts at the

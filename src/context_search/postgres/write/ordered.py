@@ -48,7 +48,7 @@ __all__ = [
     "Written",
     "listed_turn",
     "overlappable",
-    "paired_size",
+    "paired_bounds",
     "write_in_order",
 ]
 
@@ -209,14 +209,16 @@ class Turns:
         return self._failed is not None and self._failed < n
 
 
-def paired_size(records: int, batch_size: int) -> int:
-    """Records per batch for ``records`` written :data:`LOAD_WRITERS` batches at a time: at
-    most ``batch_size``, in a number of batches the writers share evenly, so no batch is
-    written alone at the end while the other writer waits. (A streamed 5,000 at 1,024 was
-    four batches in pairs and a fifth alone: a fifth of the call on one core.)"""
+def paired_bounds(records: int, batch_size: int) -> list[int]:
+    """Where the batches of ``records`` written :data:`LOAD_WRITERS` at a time begin (and,
+    last, where the final one ends): as many batches as ``batch_size`` needs, rounded up to
+    a number the writers share evenly, of sizes that differ by one record at most (so none
+    is larger than ``batch_size``). No batch is then written alone at the end while the
+    other writer waits: a streamed 5,000 at 1,024 was four batches in pairs and a fifth
+    alone, a fifth of the call on one core."""
     count = -(-records // batch_size)
-    count += -count % LOAD_WRITERS
-    return -(-records // count)
+    count = min(records, count + -count % LOAD_WRITERS)
+    return [k * records // count for k in range(count + 1)]
 
 
 def write_in_order(

@@ -56,7 +56,7 @@ from context_search.postgres.write.ordered import (
     Written,
     listed_turn,
     overlappable,
-    paired_size,
+    paired_bounds,
     write_in_order,
 )
 from context_search.postgres.write.overwrites import check_overwrites
@@ -233,22 +233,21 @@ class Writes:
         tally = Tally(len(valid), progress)
         starts = range(0, len(valid), batch_size)
         if self._overlap and not defer_indexing and len(starts) > 1 and overlappable(valid):
-            size = paired_size(len(valid), batch_size)
-            starts = range(0, len(valid), size)
+            bounds = paired_bounds(len(valid), batch_size)
             turns = Turns()
             try:
                 write_in_order(
                     turns,
-                    len(starts),
-                    lambda n: self._stage(valid[starts[n] : starts[n] + size], starts[n], False),
+                    len(bounds) - 1,
+                    lambda n: self._stage(valid[bounds[n] : bounds[n + 1]], bounds[n], False),
                     lambda n, staged, turn: self._write(
                         *staged, False, rule, listed_turn(turn, cut=not DEFERRING.get())
                     ),
-                    lambda n, written: tally.add(starts[n], written),
+                    lambda n, written: tally.add(bounds[n], written),
                 )
             except ContextSearchError as exc:
                 done = turns.committed_batches
-                exc.details.update(committed=min(done * size, len(valid)), committed_batches=done)
+                exc.details.update(committed=bounds[done], committed_batches=done)
                 raise
             return tally.report()
         # One batch: nothing to overlap, and no thread hand-off on a small write's path.
