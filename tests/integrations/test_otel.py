@@ -224,18 +224,18 @@ def test_read_write_and_job_spans(
         ContextDocumentRecord(
             document_id=f"d{i}", title=f"t{i}", body=f"aurora note {i}", permission_scope=TEAM
         )
-        for i in range(5)
+        for i in range(6)
     ]
     batches: list[tuple[int, int]] = []
-    store.upsert(records, batch_size=2, progress=lambda done, total: batches.append((done, total)))
+    store.upsert(records, batch_size=3, progress=lambda done, total: batches.append((done, total)))
     [upsert] = otel.named("context_search.upsert")
     attrs = dict(upsert.attributes or {})
-    assert attrs["context_search.records.count"] == 5
-    assert attrs["context_search.batch_size"] == 2
-    assert attrs["context_search.inserted"] == 5
-    assert attrs["context_search.committed_batches"] == 3
-    assert [dict(e.attributes or {})["context_search.done"] for e in upsert.events] == [2, 4, 5]
-    assert batches == [(2, 5), (4, 5), (5, 5)]  # the caller's callback still runs
+    assert attrs["context_search.records.count"] == 6
+    assert attrs["context_search.batch_size"] == 3
+    assert attrs["context_search.inserted"] == 6
+    assert attrs["context_search.committed_batches"] == 2
+    assert [dict(e.attributes or {})["context_search.done"] for e in upsert.events] == [3, 6]
+    assert batches == [(3, 6), (6, 6)]  # the caller's callback still runs
 
     assert store.get_document("d1", [TEAM]) is not None
     assert store.get_document("d1", ["other"]) is None
