@@ -57,10 +57,11 @@ def test_migrate_up_down_up(context_search_dsn: str, context_search_schema: str)
         assert "hnsw" in indexes["ix_chunks_embedding_hnsw"]
         assert "halfvec_cosine_ops" in indexes["ix_chunks_embedding_hnsw"]
         assert "ix_chunks_tsv_gin" not in indexes  # no statement reads it (migration 0012)
-        # Postings are blocks ordered by group and strongest impact (0014).
-        assert indexes["ix_posting_blocks_group"].endswith(
-            "USING btree (lexeme, permission_scope, lifecycle, max_impact DESC)"
+        # Postings are blocks ordered by group, strongest impact (0014) and run order (0020).
+        assert indexes["ix_posting_blocks_run"].endswith(
+            "USING btree (lexeme, permission_scope, lifecycle, max_impact DESC, (chunk_ids[1]))"
         )
+        assert "ix_posting_blocks_group" not in indexes
         assert indexes["ix_term_stats_due"].endswith("WHERE due")
         with psycopg.connect(context_search_dsn) as conn:
             # The tsvector stage 2 reads stays in the chunk row; bodies leave theirs (0015).

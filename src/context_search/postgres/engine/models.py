@@ -248,19 +248,22 @@ class PostingBlockRow(Base):
     """Up to 128 postings of one (lexeme, scope, lifecycle) group, strongest first, with the
     largest impact (BM25's tf part) among them (``postgres/engine/postings.py``).
 
-    No key in the database: blocks are found by group through ``ix_posting_blocks_group``
+    No key in the database: blocks are found by group through ``ix_posting_blocks_run``
     and only ever inserted or deleted whole. The ORM maps the group and the block's
     chunk ids as the identity.
     """
 
     __tablename__ = "posting_blocks"
     __table_args__ = (
+        # A group's blocks in the order of its postings (largest impact, then first chunk
+        # id): a group in one sorted run is read from its first blocks (migration 0020).
         Index(
-            "ix_posting_blocks_group",
+            "ix_posting_blocks_run",
             "lexeme",
             "permission_scope",
             "lifecycle",
             text("max_impact DESC"),
+            text("(chunk_ids[1])"),
         ),
     )
     __mapper_args__ = {  # noqa: RUF012

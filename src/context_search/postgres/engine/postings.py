@@ -47,6 +47,7 @@ __all__ = [
     "PARTIAL_DUE",
     "TOKEN_COUNT",
     "TOMBSTONES_DUE",
+    "UNSORTED_GROUPS",
     "build_deferred",
     "cut_blocks",
     "due",
@@ -126,6 +127,29 @@ _DUE_AFTER_0014 = fragmented("s.blocks + EXCLUDED.blocks", "s.df + EXCLUDED.df")
 TOMBSTONES_DUE = "cardinality(t.chunk_ids) >= LEAST(64, GREATEST(1, s.df / 8))"
 
 GROUP = "lexeme, permission_scope, lifecycle"
+
+#: A group whose ``term_stats.fresh`` is 0 holds one sorted run: its blocks were cut by one
+#: statement (its first write, an initial load's cut or a full merge) and nothing was written
+#: into it since. Its blocks are then the run's slices, all full but the last, and ordered
+#: as the run is by their largest impact and then their first chunk id (what
+#: ``ix_posting_blocks_run`` orders them by), so a search reads a clean group's strongest
+#: postings from its first blocks alone (``read/sql/lexical.py``). Migration 0020 and
+#: the audit check it with this: the groups whose blocks, in that order, are not one run
+#: (a block before another that is not full, or whose last posting does not rank before
+#: the next block's first).
+UNSORTED_GROUPS = f"""
+    SELECT DISTINCT lexeme, permission_scope, lifecycle
+    FROM (SELECT lexeme, permission_scope, lifecycle, max_impact, head,
+                 lag(n) OVER w AS prev_n, lag(low) OVER w AS prev_low,
+                 lag(tail) OVER w AS prev_tail
+          FROM (SELECT lexeme, permission_scope, lifecycle, max_impact,
+                       chunk_ids[1] AS head, cardinality(chunk_ids) AS n,
+                       impacts[cardinality(impacts)] AS low,
+                       chunk_ids[cardinality(chunk_ids)] AS tail
+                FROM posting_blocks) AS b
+          WINDOW w AS (PARTITION BY {GROUP} ORDER BY max_impact DESC, head)) AS b
+    WHERE prev_n < {BLOCK_SIZE} OR prev_low < max_impact
+       OR (prev_low = max_impact AND prev_tail >= head)"""
 
 #: Set while this thread's writes are an initial load's batches (``indexes/builds.py``):
 #: each batch turns :data:`DEFER_SETTING` on in its transaction (``write/gate.py``).

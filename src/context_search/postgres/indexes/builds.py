@@ -79,7 +79,7 @@ VECTOR_INDEX_NEXT = "ix_chunks_embedding_next"
 #: The purpose of the advisory lock a configuration switch holds for its whole run
 #: (``operations/switch.py``); a vector graph conversion holds it too.
 SWITCH_LOCK = "config-build"
-LEXICAL_INDEXES = ("ix_posting_blocks_group",)
+LEXICAL_INDEXES = ("ix_posting_blocks_run",)
 DEFERRABLE = (VECTOR_INDEX, *LEXICAL_INDEXES)
 DEFERRED_NOTE = "context-search deferred index builds: "
 #: How long DDL that locks a partitioned ``chunks`` outright waits per try (:func:`bounded_ddl`).

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, text
 
 from context_search.postgres.engine.errors import translate_errors
-from context_search.postgres.engine.postings import BLOCK_SIZE, IMPACT
+from context_search.postgres.engine.postings import BLOCK_SIZE, IMPACT, UNSORTED_GROUPS
 
 __all__ = ["AuditReport", "audit"]
 
@@ -102,6 +102,12 @@ _CHECKS: dict[str, str] = {
         FULL JOIN (SELECT * FROM term_stats WHERE blocks <> 0 OR partial <> 0) s
           USING (lexeme, permission_scope, lifecycle)
         WHERE (r.blocks, r.partial) IS DISTINCT FROM (s.blocks, s.partial)""",  # noqa: S608
+    # A group marked as one sorted run (``fresh`` 0), which searches read from its first
+    # blocks, is one (``engine/postings.py``).
+    "unsorted_run": f"""
+        SELECT count(*) FROM ({UNSORTED_GROUPS}) u
+        JOIN term_stats s USING (lexeme, permission_scope, lifecycle)
+        WHERE s.fresh = 0""",  # noqa: S608
     # A deleted document whose purge is done still has searchable copies.
     "purged_but_present": """
         SELECT count(*) FROM documents d

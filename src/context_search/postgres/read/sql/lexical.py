@@ -142,9 +142,8 @@ CANDIDATES = """
     -- many chunks hold a common word, nor by how many are in scopes the caller may not see:
     -- every visible (lexeme, scope, lifecycle) group holding the term (its term_stats row)
     -- gives at most the term's bound. A group's postings are in blocks, each with its largest
-    -- impact (engine/postings.py), merged or not: the bound-th strongest live posting of its
-    -- first blocks is a threshold tau, and every block whose maximum exceeds tau is read.
-    -- Postings of chunks removed since the group's last merge (its tombstones) are skipped.
+    -- impact (engine/postings.py). Postings of chunks removed since the group's last merge
+    -- (its tombstones) are skipped.
     SELECT top.chunk_id, bool_and(top.lifecycle = ANY(CAST(:lifecycles AS text[])))
                AS lifecycle_ok,
            sum(i.idf * top.impact) AS approx
@@ -160,55 +159,80 @@ CANDIDATES = """
                             CAST('{{}}' AS bigint[])) AS dead
         ) AS d
         CROSS JOIN LATERAL (
-            -- The bound strongest live postings of the group's first blocks, and tau: the
-            -- weakest of them, or 0 (read every block) when they are fewer than the bound.
-            -- Only if the last of those blocks reaches above tau can another block hold a
-            -- stronger posting (a merged group's blocks are disjoint: usually none does).
-            SELECT array_agg(f.chunk_id) AS ids, array_agg(f.impact) AS impacts,
-                   CASE WHEN count(*) < i.bound THEN CAST(0 AS real) ELSE min(f.impact) END
-                       AS tau,
-                   COALESCE(max(f.blocks) >= (i.bound + {block} - 1) / {block} + 1
-                            AND max(f.floor) > CASE WHEN count(*) < i.bound THEN 0
-                                                    ELSE min(f.impact) END, true) AS more
-            FROM (
-                SELECT x.chunk_id, x.impact, b.blocks, b.floor
-                FROM (SELECT b.chunk_ids, b.impacts, count(*) OVER () AS blocks,
-                             min(b.max_impact) OVER () AS floor
-                      FROM (SELECT b.chunk_ids, b.impacts, b.max_impact FROM posting_blocks b
-                            WHERE b.lexeme = s.lexeme
-                              AND b.permission_scope = s.permission_scope
-                              AND b.lifecycle = s.lifecycle
-                            ORDER BY b.max_impact DESC
-                            LIMIT (i.bound + {block} - 1) / {block} + 1) AS b) AS b
-                CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
-                WHERE x.chunk_id <> ALL(d.dead)
-                ORDER BY x.impact DESC, x.chunk_id
-                LIMIT i.bound
-            ) AS f
-        ) AS th
-        CROSS JOIN LATERAL (
-            -- If no other block can (not more), the first blocks' postings are the answer as
-            -- they are; else every live posting stronger than tau is in a block whose maximum
-            -- exceeds tau, and those equal to tau come from the first blocks (block order).
-            SELECT x.chunk_id, x.impact
-            FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
-            WHERE NOT th.more
-            UNION ALL
-            (SELECT y.chunk_id, y.impact
-             FROM (
-                 SELECT x.chunk_id, x.impact
-                 FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
-                 UNION
-                 SELECT x.chunk_id, x.impact
-                 FROM posting_blocks b
-                 CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
-                 WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
-                   AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau
-                   AND x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
-             ) AS y
-             WHERE th.more
-             ORDER BY y.impact DESC, y.chunk_id
+            -- A group in one sorted run (term_stats.fresh 0: its blocks were cut by one
+            -- statement, its first write or a full merge, and nothing was written into it
+            -- since): its blocks hold the postings in order, all full but the last, and the
+            -- index orders them as the run does (largest impact, then first chunk id). The
+            -- run's first bound + dead postings, so its bound strongest live ones, are in its
+            -- first blocks, and no other block holds a posting that ranks before them.
+            (SELECT x.chunk_id, x.impact
+             FROM (SELECT b.chunk_ids, b.impacts FROM posting_blocks b
+                   WHERE b.lexeme = s.lexeme
+                     AND b.permission_scope = s.permission_scope
+                     AND b.lifecycle = s.lifecycle
+                   ORDER BY b.max_impact DESC, b.chunk_ids[1]
+                   LIMIT (i.bound + cardinality(d.dead) + {block} - 1) / {block}) AS b
+             CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
+             WHERE s.fresh = 0 AND x.chunk_id <> ALL(d.dead)
+             ORDER BY x.impact DESC, x.chunk_id
              LIMIT i.bound)
+            UNION ALL
+            -- Any other group (runs written since, overlapping): the bound-th strongest live
+            -- posting of its first blocks is a threshold tau, and every block whose maximum
+            -- exceeds tau is read.
+            SELECT e1.chunk_id, e1.impact
+            FROM (SELECT WHERE s.fresh <> 0) AS written_since
+            CROSS JOIN LATERAL (
+                -- The bound strongest live postings of the group's first blocks, and tau: the
+                -- weakest of them, or 0 (read every block) when they are fewer than the bound.
+                -- Only if the last of those blocks reaches above tau can another block hold a
+                -- stronger posting (runs written since the last full merge overlap: some do).
+                SELECT array_agg(f.chunk_id) AS ids, array_agg(f.impact) AS impacts,
+                       CASE WHEN count(*) < i.bound THEN CAST(0 AS real) ELSE min(f.impact) END
+                           AS tau,
+                       COALESCE(max(f.blocks) >= (i.bound + {block} - 1) / {block} + 1
+                                AND max(f.floor) > CASE WHEN count(*) < i.bound THEN 0
+                                                        ELSE min(f.impact) END, true) AS more
+                FROM (
+                    SELECT x.chunk_id, x.impact, b.blocks, b.floor
+                    FROM (SELECT b.chunk_ids, b.impacts, count(*) OVER () AS blocks,
+                                 min(b.max_impact) OVER () AS floor
+                          FROM (SELECT b.chunk_ids, b.impacts, b.max_impact FROM posting_blocks b
+                                WHERE b.lexeme = s.lexeme
+                                  AND b.permission_scope = s.permission_scope
+                                  AND b.lifecycle = s.lifecycle
+                                ORDER BY b.max_impact DESC
+                                LIMIT (i.bound + {block} - 1) / {block} + 1) AS b) AS b
+                    CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
+                    WHERE x.chunk_id <> ALL(d.dead)
+                    ORDER BY x.impact DESC, x.chunk_id
+                    LIMIT i.bound
+                ) AS f
+            ) AS th
+            CROSS JOIN LATERAL (
+                -- If no other block can (not more), the first blocks' postings are the answer as
+                -- they are; else every live posting stronger than tau is in a block whose maximum
+                -- exceeds tau, and those equal to tau come from the first blocks (block order).
+                SELECT x.chunk_id, x.impact
+                FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
+                WHERE NOT th.more
+                UNION ALL
+                (SELECT y.chunk_id, y.impact
+                 FROM (
+                     SELECT x.chunk_id, x.impact
+                     FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
+                     UNION
+                     SELECT x.chunk_id, x.impact
+                     FROM posting_blocks b
+                     CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
+                     WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
+                       AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau
+                       AND x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
+                 ) AS y
+                 WHERE th.more
+                 ORDER BY y.impact DESC, y.chunk_id
+                 LIMIT i.bound)
+            ) AS e1
         ) AS e
         WHERE s.lexeme = i.lexeme AND s.permission_scope = ANY(CAST(:scopes AS text[]))
           AND s.lifecycle <> 'deleted' AND s.df > 0

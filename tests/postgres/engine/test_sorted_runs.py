@@ -1,0 +1,202 @@
+"""A group in one sorted run (``term_stats.fresh`` 0) is read from its first blocks in run
+order, and gives the bound strongest live postings exactly: ties broken by chunk id as the
+run is, and as many first blocks as the group's tombstones need. Groups whose blocks are
+not one run are never read that way: migration 0020 marks them, and the audit checks it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
+from context_search.postgres import PostgresSearchConnector
+from context_search.postgres.engine.migrations import downgrade, migrate
+from context_search.postgres.engine.pool import close_store_engine, create_store_engine
+from context_search.postgres.engine.postings import BLOCK_SIZE
+from context_search.postgres.operations.audit import audit
+from tests.postgres.engine.test_posting_blocks import _answers, _record, unmerged
+
+pytestmark = pytest.mark.integration
+
+__all__ = ["unmerged"]  # a fixture this module's tests use
+
+BOUND = 40
+#: Records whose one chunk holds "harbor" four times in six tokens: equal impacts, the
+#: strongest of the group. 300 of them fill two blocks and start a third.
+TIED = 300
+
+
+def _tied_then_weaker() -> list[ContextDocumentRecord]:
+    tied = [
+        ContextDocumentRecord(
+            document_id=f"t{i:04d}",
+            body=f"harbor harbor harbor harbor note {i}",
+            permission_scope="dock",
+        )
+        for i in range(TIED)
+    ]
+    weaker = [
+        ContextDocumentRecord(
+            document_id=f"w{i:04d}",
+            body=f"harbor note {i} and more words after it",
+            permission_scope="dock",
+        )
+        for i in range(200)
+    ]
+    return [*tied, *weaker]
+
+
+@pytest.fixture
+def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=context_search_schema,
+        embedder=HashingEmbedder(),
+        lexical_per_term=BOUND,
+    ) as store:
+        yield store
+
+
+def _lexical_docs(store: PostgresSearchConnector) -> set[str]:
+    """The documents the lexical arm found for "harbor" (one chunk each)."""
+    resp = store.search(SearchQuery(query="harbor", allowed_scopes=["dock"], top_k=10))
+    return {e.doc_id for e in resp.rank_log.entries if e.lexical_rank is not None}
+
+
+def _exact(store: PostgresSearchConnector) -> set[str]:
+    """The documents of the bound strongest live postings of "harbor", in run order
+    (impact, then chunk id), from every block."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT c.doc_id FROM postings p JOIN chunks c USING (chunk_id) "
+                "WHERE p.lexeme = 'harbor' AND p.lifecycle = 'active' "
+                "ORDER BY p.impact DESC, p.chunk_id LIMIT :n"
+            ),
+            {"n": BOUND},
+        ).scalars()
+        return {str(r) for r in rows}
+
+
+def _harbor_run(store: PostgresSearchConnector) -> tuple[int, int]:
+    """(fresh, blocks) of the active "harbor" group."""
+    with store.engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT fresh, blocks FROM term_stats "
+                "WHERE lexeme = 'harbor' AND lifecycle = 'active'"
+            )
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+def test_tied_blocks_are_read_in_run_order_whatever_their_place_in_the_table(
+    store: PostgresSearchConnector,
+) -> None:
+    store.upsert(_tied_then_weaker())
+    assert _harbor_run(store) == (0, 4)  # one run: 500 postings in four blocks
+    with store.engine.begin() as conn:
+        # Three blocks share the largest impact (two of tied postings only, and the one
+        # where the weaker start). The run's first block is written again, so it is last
+        # among its equals in the table.
+        moved = conn.execute(
+            text(
+                "WITH first AS (DELETE FROM posting_blocks WHERE lexeme = 'harbor' "
+                "AND chunk_ids[1] = (SELECT min(chunk_ids[1]) FROM posting_blocks "
+                "WHERE lexeme = 'harbor') RETURNING *) "
+                "INSERT INTO posting_blocks SELECT * FROM first"
+            )
+        ).rowcount
+        tied_blocks = conn.execute(
+            text(
+                "SELECT count(*) FROM posting_blocks WHERE lexeme = 'harbor' "
+                "AND max_impact = (SELECT max(max_impact) FROM posting_blocks "
+                "WHERE lexeme = 'harbor')"
+            )
+        ).scalar_one()
+    assert moved == 1 and tied_blocks == 3
+    expected = _exact(store)
+    assert expected == {f"t{i:04d}" for i in range(BOUND)}
+    assert _lexical_docs(store) == expected
+    with store.engine.begin() as conn:
+        # Without the index (as while a load rebuilds it) the blocks are sorted, in run order.
+        conn.execute(text("DROP INDEX ix_posting_blocks_run"))
+    assert _lexical_docs(store) == expected
+    assert audit(store.engine).consistent
+
+
+def test_a_clean_group_reads_past_its_tombstones(
+    store: PostgresSearchConnector, unmerged: None
+) -> None:
+    store.upsert(_tied_then_weaker())
+    # Most of the first block dies: its live postings are fewer than the bound, and the
+    # rest of the bound strongest are in the second block.
+    for i in range(100):
+        assert store.delete_or_supersede(f"t{i:04d}")
+    fresh, blocks = _harbor_run(store)
+    assert (fresh, blocks) == (0, 4)  # removals leave the run as it is, with tombstones
+    expected = _exact(store)
+    assert expected == {f"t{i:04d}" for i in range(100, 100 + BOUND)}
+    assert _lexical_docs(store) == expected
+    assert audit(store.engine).consistent
+
+
+def test_groups_written_since_their_run_are_read_by_threshold(
+    store: PostgresSearchConnector, unmerged: None
+) -> None:
+    store.upsert([_record(i) for i in range(2 * BLOCK_SIZE)])
+    for start in range(2 * BLOCK_SIZE, 3 * BLOCK_SIZE, 16):  # overlapping runs after it
+        store.upsert([_record(i) for i in range(start, start + 16)])
+    fresh, _ = _harbor_run(store)
+    assert fresh == BLOCK_SIZE
+    answers = _answers(store)
+    report = audit(store.engine)
+    assert report.consistent and report.violations["unsorted_run"] == 0
+    # Marked as one run while it is not, the group would be read from its first blocks:
+    # the audit names it.
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE term_stats SET fresh = 0 WHERE lexeme = 'harbor'"))
+    assert audit(store.engine).violations["unsorted_run"] == 1
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE term_stats SET fresh = :f WHERE lexeme = 'harbor'"), {"f": fresh})
+    assert _answers(store) == answers
+
+
+def test_the_migration_marks_the_groups_that_are_not_one_run(
+    store: PostgresSearchConnector,
+    unmerged: None,
+    context_search_dsn: str,
+    context_search_schema: str,
+) -> None:
+    store.upsert([_record(i) for i in range(2 * BLOCK_SIZE)])
+    for start in range(2 * BLOCK_SIZE, 3 * BLOCK_SIZE, 16):
+        store.upsert([_record(i) for i in range(start, start + 16)])
+    answers = _answers(store)
+    with store.engine.begin() as conn:
+        # As migration 0017 left every layout: taken as merged.
+        conn.execute(text("UPDATE term_stats SET fresh = 0"))
+        runs = conn.execute(text("SELECT count(*) FROM term_stats WHERE blocks > 0")).scalar_one()
+    unsorted = audit(store.engine).violations["unsorted_run"]
+    assert 0 < unsorted < runs  # "harbor" and others were written in runs; rarer words not
+    engine = create_store_engine(context_search_dsn, schema=context_search_schema)
+    try:
+        downgrade(engine, schema=context_search_schema, revision="0019")
+        with engine.connect() as conn:
+            names = set(
+                conn.execute(
+                    text("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+                ).scalars()
+            )
+        assert "ix_posting_blocks_group" in names and "ix_posting_blocks_run" not in names
+        migrate(engine, schema=context_search_schema)
+        with engine.connect() as conn:
+            marked = conn.execute(
+                text("SELECT count(*) FROM term_stats WHERE fresh = 1")
+            ).scalar_one()
+    finally:
+        close_store_engine(engine)
+    assert marked == unsorted
+    assert audit(store.engine).consistent
+    assert _answers(store) == answers
