@@ -14,7 +14,7 @@ from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine.migrations import downgrade, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
-from context_search.postgres.engine.postings import BLOCK_SIZE
+from context_search.postgres.engine.postings import BLOCK_SIZE, cut_blocks
 from context_search.postgres.operations.audit import audit
 from tests.postgres.engine.test_posting_blocks import _answers, _record, unmerged
 
@@ -200,3 +200,16 @@ def test_the_migration_marks_the_groups_that_are_not_one_run(
     assert marked == unsorted
     assert audit(store.engine).consistent
     assert _answers(store) == answers
+
+
+def test_a_cut_grouped_first_makes_the_same_blocks(store: PostgresSearchConnector) -> None:
+    store.upsert([*_tied_then_weaker(), *(_record(i) for i in range(300))])
+    live = "(SELECT * FROM postings WHERE lifecycle <> 'deleted')"
+    with store.engine.connect() as conn:
+        sorted_once, grouped_first = (
+            sorted(
+                tuple(r) for r in conn.execute(text(cut_blocks(live, grouped_first=grouped))).all()
+            )
+            for grouped in (False, True)
+        )
+    assert len(sorted_once) > 10 and grouped_first == sorted_once
