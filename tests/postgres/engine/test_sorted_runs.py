@@ -16,7 +16,7 @@ from context_search.postgres.engine.migrations import downgrade, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
 from context_search.postgres.engine.postings import BLOCK_SIZE, cut_blocks
 from context_search.postgres.operations.audit import audit
-from tests.postgres.engine.test_posting_blocks import _answers, _record, unmerged
+from tests.postgres.engine.test_posting_blocks import _answers, _merge, _record, unmerged
 
 pytestmark = pytest.mark.integration
 
@@ -151,7 +151,6 @@ def test_groups_written_since_their_run_are_read_by_threshold(
         store.upsert([_record(i) for i in range(start, start + 16)])
     fresh, _ = _harbor_run(store)
     assert fresh == BLOCK_SIZE
-    answers = _answers(store)
     report = audit(store.engine)
     assert report.consistent and report.violations["unsorted_run"] == 0
     # Marked as one run while it is not, the group would be read from its first blocks:
@@ -161,7 +160,33 @@ def test_groups_written_since_their_run_are_read_by_threshold(
     assert audit(store.engine).violations["unsorted_run"] == 1
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE term_stats SET fresh = :f WHERE lexeme = 'harbor'"), {"f": fresh})
-    assert _answers(store) == answers
+    through_threshold = _answers(store)
+    assert all(through_threshold)
+    _merge(store)  # every group one run again, read from its first blocks
+    assert _harbor_run(store)[0] == 0
+    assert _answers(store) == through_threshold
+
+
+def _runs(store: PostgresSearchConnector) -> dict[tuple[str, str, str], bool]:
+    """Whether each group's blocks, in the index's order, are one sorted run: computed here,
+    apart from the SQL the migration and the audit share."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT lexeme, permission_scope, lifecycle, chunk_ids, impacts "
+                "FROM posting_blocks ORDER BY 1, 2, 3, max_impact DESC, chunk_ids[1]"
+            )
+        ).all()
+    blocks: dict[tuple[str, str, str], list[list[tuple[float, int]]]] = {}
+    for lexeme, scope, lifecycle, ids, impacts in rows:
+        blocks.setdefault((lexeme, scope, lifecycle), []).append(
+            [(-impact, chunk) for chunk, impact in zip(ids, impacts, strict=True)]
+        )
+    return {
+        group: all(len(b) == BLOCK_SIZE for b in parts[:-1])
+        and [p for b in parts for p in b] == sorted(p for b in parts for p in b)
+        for group, parts in blocks.items()
+    }
 
 
 def test_the_migration_marks_the_groups_that_are_not_one_run(
@@ -174,12 +199,13 @@ def test_the_migration_marks_the_groups_that_are_not_one_run(
     for start in range(2 * BLOCK_SIZE, 3 * BLOCK_SIZE, 16):
         store.upsert([_record(i) for i in range(start, start + 16)])
     answers = _answers(store)
+    runs = _runs(store)
+    not_runs = {group for group, run in runs.items() if not run}
+    assert 0 < len(not_runs) < len(runs)  # "harbor" and others written in runs; rarer not
     with store.engine.begin() as conn:
         # As migration 0017 left every layout: taken as merged.
         conn.execute(text("UPDATE term_stats SET fresh = 0"))
-        runs = conn.execute(text("SELECT count(*) FROM term_stats WHERE blocks > 0")).scalar_one()
-    unsorted = audit(store.engine).violations["unsorted_run"]
-    assert 0 < unsorted < runs  # "harbor" and others were written in runs; rarer words not
+    assert audit(store.engine).violations["unsorted_run"] == len(not_runs)
     engine = create_store_engine(context_search_dsn, schema=context_search_schema)
     try:
         downgrade(engine, schema=context_search_schema, revision="0019")
@@ -192,12 +218,17 @@ def test_the_migration_marks_the_groups_that_are_not_one_run(
         assert "ix_posting_blocks_group" in names and "ix_posting_blocks_run" not in names
         migrate(engine, schema=context_search_schema)
         with engine.connect() as conn:
-            marked = conn.execute(
-                text("SELECT count(*) FROM term_stats WHERE fresh = 1")
-            ).scalar_one()
+            marked = {
+                tuple(r)
+                for r in conn.execute(
+                    text(
+                        "SELECT lexeme, permission_scope, lifecycle FROM term_stats WHERE fresh = 1"
+                    )
+                ).all()
+            }
     finally:
         close_store_engine(engine)
-    assert marked == unsorted
+    assert marked == not_runs
     assert audit(store.engine).consistent
     assert _answers(store) == answers
 
@@ -205,11 +236,23 @@ def test_the_migration_marks_the_groups_that_are_not_one_run(
 def test_a_cut_grouped_first_makes_the_same_blocks(store: PostgresSearchConnector) -> None:
     store.upsert([*_tied_then_weaker(), *(_record(i) for i in range(300))])
     live = "(SELECT * FROM postings WHERE lifecycle <> 'deleted')"
-    with store.engine.connect() as conn:
-        sorted_once, grouped_first = (
-            sorted(
-                tuple(r) for r in conn.execute(text(cut_blocks(live, grouped_first=grouped))).all()
-            )
-            for grouped in (False, True)
+    with store.engine.begin() as conn:
+        # The plan a load's cut takes: groups hashed in parallel workers, their partial
+        # arrays combined (here at any size).
+        for setting in (
+            "enable_sort = off",
+            "max_parallel_workers_per_gather = 1",
+            "parallel_setup_cost = 0",
+            "parallel_tuple_cost = 0",
+            "min_parallel_table_scan_size = 0",
+        ):
+            conn.execute(text(f"SET LOCAL {setting}"))
+        grouped = cut_blocks(live, grouped_first=True)
+        plan = "\n".join(conn.execute(text("EXPLAIN " + grouped)).scalars())
+        assert "Partial HashAggregate" in plan, plan
+        grouped_first = sorted(tuple(r) for r in conn.execute(text(grouped)).all())
+        conn.execute(text("RESET enable_sort"))
+        sorted_once = sorted(
+            tuple(r) for r in conn.execute(text(cut_blocks(live, grouped_first=False))).all()
         )
     assert len(sorted_once) > 10 and grouped_first == sorted_once

@@ -36,13 +36,14 @@ def upgrade() -> None:
         "CREATE INDEX IF NOT EXISTS ix_posting_blocks_run ON posting_blocks "
         "(lexeme, permission_scope, lifecycle, max_impact DESC, (chunk_ids[1]))"
     )
-    # A load killed before the migration may have dropped the old index already.
-    op.execute("DROP INDEX IF EXISTS ix_posting_blocks_group")
     op.execute(
         f"UPDATE term_stats s SET fresh = 1 FROM ({UNSORTED_GROUPS}) AS u "
         f"WHERE s.fresh = 0 AND ({', '.join('s.' + c for c in GROUP.split(', '))}) "
         f"= ({', '.join('u.' + c for c in GROUP.split(', '))})"
     )
+    # Last: dropping an index locks its table against reads until the migration commits.
+    # A load killed before the migration may have dropped it already.
+    op.execute("DROP INDEX IF EXISTS ix_posting_blocks_group")
 
 
 def downgrade() -> None:

@@ -334,7 +334,8 @@ class TermStatsRow(Base):
     lifecycle: Mapped[str] = mapped_column(String(16), primary_key=True)
     df: Mapped[int] = mapped_column(BigInteger, default=0)
     blocks: Mapped[int] = mapped_column(Integer, default=0)
-    # Blocks under 128 postings, and postings written since the last full merge (0017).
+    # Blocks under 128 postings, and postings written since the last full merge (0017);
+    # ``fresh`` 0 promises the group's blocks are one sorted run (0020).
     partial: Mapped[int] = mapped_column(Integer, default=0)
     fresh: Mapped[int] = mapped_column(BigInteger, default=0)
     due: Mapped[bool] = mapped_column(Boolean, default=False)  # a merge is (``postings.due``)

@@ -22,9 +22,10 @@ into full ones, at a cost in proportion to what was written since; a *full merge
 the group into disjoint full blocks without its dead postings once the postings written
 since its last full merge (``term_stats.fresh``) are as many as the rest, so a posting is
 rewritten a bounded number of times however large its group grows. A search reads a group
-exactly whatever its state (``read/sql/hybrid.py``): the bound-th strongest live posting
-among the group's first blocks is a threshold, and every block whose maximum reaches it is
-read.
+exactly whatever its state (``read/sql/lexical.py``): a group in one sorted run
+(``fresh`` 0, :data:`UNSORTED_GROUPS`) from its first blocks alone, any other through a
+threshold, the bound-th strongest live posting among its first blocks, reading every block
+whose maximum exceeds it.
 
 The SQL here is the one definition of a block: the triggers (created by migration 0014) and
 the merge cut blocks with :func:`cut_blocks`; the schema's models and the search statement
@@ -231,7 +232,11 @@ def cut_blocks(postings: str, *, grouped_first: bool = False) -> str:
     posting spilled to disk and was merged in one process; many small sorts in memory
     are not, and the grouping runs in parallel workers. The blocks are the same (ad hoc,
     the postings of 100k chunks: 8.4 against 5.2-5.4 s, of ten times as many 91 against
-    58 s). A write's or a merge's cut sorts once: at 1,000 chunks that was 10 % faster.
+    58 s). Its memory is not bounded by ``work_mem``: PostgreSQL bounds how many groups a
+    hash aggregate holds, not how large each group's arrays grow (ad hoc, 63M postings:
+    125 MB per process, the sort 7-17 MB), so only loads up to a size take it
+    (``indexes/builds.py``). A write's or a merge's cut sorts once: at 1,000 chunks that
+    was 10 % faster.
 
     The groups are sorted by byte order (``COLLATE "C"``): any order groups them, and the
     database's collation costs a locale comparison per pair of postings (without
@@ -394,10 +399,10 @@ def _died(rows: str, schema: str, tiered: bool) -> str:
         due = {_DUE_DF if tiered else _DUE_AFTER_0014};"""
 
 
-def build_deferred() -> tuple[str, ...]:
-    """:data:`BUILD_DEFERRED_STEPS` with the blocks cut by :func:`cut_blocks` (grouped
-    first: a load's cut is large)."""
-    blocks = cut_blocks(_DEFERRED_POSTINGS, grouped_first=True)
+def build_deferred(*, grouped_first: bool = False) -> tuple[str, ...]:
+    """:data:`BUILD_DEFERRED_STEPS` with the blocks cut by :func:`cut_blocks` (see its
+    ``grouped_first``; ``indexes/builds.py`` chooses by the load's size)."""
+    blocks = cut_blocks(_DEFERRED_POSTINGS, grouped_first=grouped_first)
     return tuple(
         step.format(blocks=blocks) if "{blocks}" in step else step for step in BUILD_DEFERRED_STEPS
     )

@@ -312,7 +312,7 @@ def build_deferred_postings(raw: Any, *, tries: int = 4) -> int:
     counters meanwhile, so PostgreSQL can pick the cut as a deadlock victim: it is tried
     again, as a write transaction is."""
     raw.execute("SET statement_timeout = 0")
-    lock, cut, *rest = build_deferred()
+    lock = build_deferred()[0]
     try:
         for attempt in range(tries):
             try:
@@ -322,6 +322,7 @@ def build_deferred_postings(raw: Any, *, tries: int = 4) -> int:
                         return 0
                     if listed >= PARALLEL_CUT_MIN:
                         _parallel_cut(raw)
+                    cut, *rest = build_deferred(grouped_first=listed <= GROUPED_CUT_MAX)[1:]
                     raw.execute(cut)
                     counts = [int(raw.execute(step).rowcount or 0) for step in rest]
                     if counts[-1] != listed:
@@ -358,6 +359,11 @@ class _ListChanged(BackendError):
 #: A cut of at least this many listed chunks runs in parallel workers: below it, starting
 #: them costs more than the sort they share.
 PARALLEL_CUT_MIN = 20_000
+#: A cut of at most this many listed chunks gathers each group's postings in memory before
+#: sorting them (``cut_blocks(grouped_first=True)``): faster, but its memory grows with the
+#: postings, about 125 MB per process at 1M chunks of the latency suite's corpus (ad hoc).
+#: A larger load sorts every posting within ``work_mem``, spilling to disk.
+GROUPED_CUT_MAX = 1_000_000
 
 
 def _parallel_cut(raw: Any) -> None:
