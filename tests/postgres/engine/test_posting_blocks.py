@@ -25,6 +25,8 @@ from context_search.postgres.operations.audit import audit
 pytestmark = pytest.mark.integration
 
 _QUERIES = ("harbor crane", "harbor", "crane ledger manifest", "ledger -crane", '"harbor crane"')
+#: Postings read per query term: below a group's size, so which blocks are read decides.
+PER_TERM = 40
 
 
 def _record(i: int, scope: str = "dock") -> ContextDocumentRecord:
@@ -95,7 +97,7 @@ def store(context_search_dsn: str, context_search_schema: str) -> Iterator[Postg
         context_search_dsn,
         schema=context_search_schema,
         embedder=HashingEmbedder(),
-        lexical_per_term=40,  # bounds below a group's size: the threshold decides
+        lexical_per_term=PER_TERM,
     ) as store:
         yield store
 

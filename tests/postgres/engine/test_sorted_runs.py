@@ -5,24 +5,29 @@ not one run are never read that way: migration 0020 marks them, and the audit ch
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy import text
 
-from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
+from context_search import ContextDocumentRecord, SearchQuery
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine.migrations import downgrade, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
 from context_search.postgres.engine.postings import BLOCK_SIZE, cut_blocks
 from context_search.postgres.operations.audit import audit
-from tests.postgres.engine.test_posting_blocks import _answers, _merge, _record, unmerged
+from tests.postgres.engine.test_posting_blocks import (
+    PER_TERM,
+    _answers,
+    _merge,
+    _record,
+    store,
+    unmerged,
+)
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["unmerged"]  # a fixture this module's tests use
+__all__ = ["store", "unmerged"]  # fixtures this module's tests use
 
-BOUND = 40
+BOUND = PER_TERM
 #: Records whose one chunk holds "harbor" four times in six tokens: equal impacts, the
 #: strongest of the group. 300 of them fill two blocks and start a third.
 TIED = 300
@@ -46,17 +51,6 @@ def _tied_then_weaker() -> list[ContextDocumentRecord]:
         for i in range(200)
     ]
     return [*tied, *weaker]
-
-
-@pytest.fixture
-def store(context_search_dsn: str, context_search_schema: str) -> Iterator[PostgresSearchConnector]:
-    with PostgresSearchConnector.open(
-        context_search_dsn,
-        schema=context_search_schema,
-        embedder=HashingEmbedder(),
-        lexical_per_term=BOUND,
-    ) as store:
-        yield store
 
 
 def _lexical_docs(store: PostgresSearchConnector) -> set[str]:
