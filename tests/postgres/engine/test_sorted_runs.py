@@ -131,6 +131,14 @@ def test_a_clean_group_reads_past_its_tombstones(
         assert store.delete_or_supersede(f"t{i:04d}")
     fresh, blocks = _harbor_run(store)
     assert (fresh, blocks) == (0, 4)  # removals leave the run as it is, with tombstones
+    with store.engine.connect() as conn:
+        dead = conn.execute(
+            text(
+                "SELECT cardinality(chunk_ids) FROM posting_tombstones "
+                "WHERE lexeme = 'harbor' AND lifecycle = 'active'"
+            )
+        ).scalar_one()
+    assert dead == 100  # not purged: the search reads past them
     expected = _exact(store)
     assert expected == {f"t{i:04d}" for i in range(100, 100 + BOUND)}
     assert _lexical_docs(store) == expected
