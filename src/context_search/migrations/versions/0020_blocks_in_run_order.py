@@ -37,9 +37,7 @@ def upgrade() -> None:
         "(lexeme, permission_scope, lifecycle, max_impact DESC, (chunk_ids[1]))"
     )
     op.execute(
-        f"UPDATE term_stats s SET fresh = 1 FROM ({UNSORTED_GROUPS}) AS u "
-        f"WHERE s.fresh = 0 AND ({', '.join('s.' + c for c in GROUP.split(', '))}) "
-        f"= ({', '.join('u.' + c for c in GROUP.split(', '))})"
+        f"UPDATE term_stats SET fresh = 1 WHERE fresh = 0 AND ({GROUP}) IN ({UNSORTED_GROUPS})"
     )
     # Last: dropping an index locks its table against reads until the migration commits.
     # A load killed before the migration may have dropped it already.
