@@ -7,6 +7,7 @@ import numpy as np
 from pgvector import HalfVector, Vector
 
 from context_search.postgres.engine.vectors import (
+    _half_texts,
     halfvec_literal,
     halfvec_rows,
     vector_literal,
@@ -70,3 +71,17 @@ def test_halfvec_literal_names_the_same_half_precision_values_as_the_binary_rows
         # Parsed as float32 and rounded to half precision (what the server does), the
         # text names the value COPY sends.
         assert np.array_equal(text.astype(np.float16), v.astype(np.float16))
+
+
+def test_every_half_precision_value_is_named_so_it_parses_back_to_its_own_bits() -> None:
+    """The text of each of the 65,536 half-precision values, read as the server reads it
+    (a float32, rounded to half precision), is that value again, signed zeros included."""
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    values = bits.view(np.float16)
+    finite = np.isfinite(values)
+    literal = halfvec_literal(np.ones(4, dtype=np.float32))  # warms the table
+    assert literal == "[0.5,0.5,0.5,0.5]"
+    texts = _half_texts()
+    parsed = np.array(texts[finite].tolist(), dtype=np.float32).astype(np.float16)
+    assert np.array_equal(parsed.view(np.uint16), bits[finite])
+    assert texts[0x8000] == "-0"

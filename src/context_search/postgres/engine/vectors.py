@@ -63,11 +63,20 @@ def _half(vectors: Any) -> np.ndarray[Any, Any]:
     return unit.astype(np.float16)
 
 
+@lru_cache(maxsize=1)
+def _half_texts() -> np.ndarray[Any, Any]:
+    """The text of every half-precision value, indexed by its 16 bits (7 significant digits
+    name each exactly enough to parse back to it). Half precision has only 65,536 values,
+    so a vector's text is a lookup per component instead of formatting 384 floats: 22
+    instead of 100 microseconds of client time per query vector (ad hoc, 300 vectors)."""
+    values = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
+    return np.array([f"{v:.7g}" for v in values.tolist()], dtype=object)
+
+
 def halfvec_literal(values: Any) -> str:
-    """pgvector's text form of ``values`` at unit length in half precision (7 digits name
-    every half-precision value exactly enough to parse back to it)."""
+    """pgvector's text form of ``values`` at unit length in half precision."""
     half = _half(values)[0]
-    return _literal_format(len(half)) % tuple(half.astype(np.float64).tolist())
+    return "[" + ",".join(_half_texts()[half.view(np.uint16)].tolist()) + "]"
 
 
 class VectorBytes(bytes):
