@@ -74,8 +74,9 @@ def test_halfvec_literal_names_the_same_half_precision_values_as_the_binary_rows
 
 
 def test_every_half_precision_value_is_named_so_it_parses_back_to_its_own_bits() -> None:
-    """The text of each of the 65,536 half-precision values, read as the server reads it
-    (a float32, rounded to half precision), is that value again, signed zeros included."""
+    """The text of each finite half-precision value, read back as a float32 and rounded to
+    half precision (as the server reads it), is that value again, signed zeros included;
+    and every value's text is what formatting it to seven digits always gave."""
     bits = np.arange(1 << 16, dtype=np.uint16)
     values = bits.view(np.float16)
     finite = np.isfinite(values)
@@ -85,3 +86,4 @@ def test_every_half_precision_value_is_named_so_it_parses_back_to_its_own_bits()
     parsed = np.array(texts[finite].tolist(), dtype=np.float32).astype(np.float16)
     assert np.array_equal(parsed.view(np.uint16), bits[finite])
     assert texts[0x8000] == "-0"
+    assert texts.tolist() == ["%.7g" % v for v in values.astype(np.float64).tolist()]  # noqa: UP031
