@@ -102,6 +102,23 @@ def test_a_tail_merge_recuts_the_partial_blocks_and_keeps_the_full_ones(
     assert _answers(store) == answers
 
 
+def _due_tails(store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty groups (and "harbor") with a tail due: a partial block per group and write."""
+    monkeypatch.setattr(statistics, "merge_after_write", lambda engine, action: None)
+    for n in range(PARTIAL_DUE + 1):
+        store.upsert(
+            [
+                ContextDocumentRecord(
+                    document_id=f"r{n}-{j}",
+                    body=" ".join(f"word{i} " * (1 + (i + j + n) % 3) for i in range(40))
+                    + " harbor" * j,
+                    permission_scope="dock",
+                )
+                for j in range(3)
+            ]
+        )
+
+
 def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", ()):
@@ -114,12 +131,7 @@ def test_a_merge_round_settles_each_group_by_key_not_against_every_other(
     """A round settles its groups' counters one row each, by key. Joined the other way
     under the round's settings (hash and merge joins off), the groups' counts were
     aggregated again for every group: 11 of 15 s of a tail merge of 5,662 groups (ad hoc)."""
-    monkeypatch.setattr(statistics, "merge_after_write", lambda engine, action: None)
-    body = " ".join(f"word{i}" for i in range(40))
-    for n in range(PARTIAL_DUE + 1):  # a partial block per group and write: then due
-        store.upsert(
-            [ContextDocumentRecord(document_id=f"r{n}", body=body, permission_scope="dock")]
-        )
+    _due_tails(store, monkeypatch)
     with (
         autocommit_session(store.engine, "test") as raw,
         raw.transaction(force_rollback=True),
@@ -141,6 +153,41 @@ def test_a_merge_round_settles_each_group_by_key_not_against_every_other(
     assert _merge(store, full=False) == len(groups)  # and the round itself settles them
     with store.engine.connect() as conn:
         assert not conn.execute(text("SELECT count(*) FROM term_stats WHERE due")).scalar_one()
+    assert audit(store.engine).consistent
+
+
+def test_a_tail_merge_cuts_the_same_blocks_grouped_first_or_sorted_at_once(
+    store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round whose tails are small groups the postings by hashing first, a larger one
+    sorts them all at once: the same blocks and counters either way."""
+    _due_tails(store, monkeypatch)
+    outcomes = []
+    with autocommit_session(store.engine, "test") as raw:
+        groups = raw.execute(
+            "SELECT lexeme, permission_scope, lifecycle FROM term_stats WHERE due ORDER BY 1, 2, 3"
+        ).fetchall()
+        assert len(groups) >= 40
+        for statement in (blocks._RECUT_TAIL, blocks._RECUT_TAIL_GROUPED):
+            with raw.transaction(force_rollback=True):
+                for setting in blocks.ROUND_SETTINGS:
+                    raw.execute(setting)
+                raw.execute(statement, blocks._columns(groups))
+                outcomes.append(
+                    (
+                        raw.execute(
+                            "SELECT lexeme, permission_scope, lifecycle, max_impact, chunk_ids, "
+                            "impacts FROM posting_blocks ORDER BY 1, 2, 3, 4 DESC, 5"
+                        ).fetchall(),
+                        raw.execute("SELECT * FROM term_stats ORDER BY 1, 2, 3").fetchall(),
+                    )
+                )
+    assert outcomes[0] == outcomes[1]
+    assert any(len(ids) > 1 for *_, ids, _ in outcomes[0][0])  # blocks with postings to order
+    answers = _answers(store)
+    monkeypatch.setattr(blocks, "GROUPED_TAIL_MAX", 0)  # this round sorts at once
+    assert _merge(store, full=False) == len(groups)
+    assert _answers(store) == answers
     assert audit(store.engine).consistent
 
 

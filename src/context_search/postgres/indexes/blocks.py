@@ -29,7 +29,14 @@ from context_search.postgres.engine.postings import (
     full_due,
 )
 
-__all__ = ["MERGE_LOCK", "ROUND_SETTINGS", "MergeReport", "merge_after_write", "merge_postings"]
+__all__ = [
+    "GROUPED_TAIL_MAX",
+    "MERGE_LOCK",
+    "ROUND_SETTINGS",
+    "MergeReport",
+    "merge_after_write",
+    "merge_postings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +60,8 @@ _LOCK_TOMBSTONED = f"""
 
 #: Due groups, and whether each is due for a full merge (else its tail only).
 _LOCK_DUE = """
-    SELECT s.lexeme, s.permission_scope, s.lifecycle, {full} AS full FROM term_stats s
+    SELECT s.lexeme, s.permission_scope, s.lifecycle, {full} AS full, s.partial
+    FROM term_stats s
     WHERE {due}
     ORDER BY 1, 2, 3 LIMIT %(groups)s
     FOR UPDATE SKIP LOCKED
@@ -68,13 +76,15 @@ _LOCK_NAMED = f"""
 """
 
 
-def _merge(*, tail: bool) -> str:
+def _merge(*, tail: bool, grouped_first: bool = False) -> str:
     """The statement of one merge round over the groups it is given (three arrays): a full
     merge rewrites every block of each group into disjoint full blocks and purges its
     tombstones; a tail merge (``tail``) recuts only the partial blocks into full ones (and
     at most one partial), leaving the full blocks and the tombstones as they are. Either
     drops the postings the tombstones name from what it rewrites, and settles every group
-    it names, also one that had no blocks (its flag is cleared)."""
+    it names, also one that had no blocks (its flag is cleared). ``grouped_first``: see
+    :func:`~context_search.postgres.engine.postings.cut_blocks` and
+    :data:`GROUPED_TAIL_MAX`."""
     partial_only = f"AND cardinality(b.chunk_ids) < {BLOCK_SIZE}" if tail else ""
     purge = (
         ""
@@ -106,7 +116,7 @@ def _merge(*, tail: bool) -> str:
         WHERE t.chunk_ids IS NULL OR x.chunk_id <> ALL(t.chunk_ids)
     ), made AS (
         INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
-        {cut_blocks("live")}
+        {cut_blocks("live", grouped_first=grouped_first)}
         RETURNING {GROUP}, cardinality(chunk_ids) < {BLOCK_SIZE} AS part
     ), delta AS (
         -- Every named group, with the blocks it lost and gained: one row each, found in
@@ -129,6 +139,16 @@ def _merge(*, tail: bool) -> str:
 
 _REWRITE = _merge(tail=False)
 _RECUT_TAIL = _merge(tail=True)
+_RECUT_TAIL_GROUPED = _merge(tail=True, grouped_first=True)
+
+#: A tail merge round gathers each group's postings by hashing and sorts each group's
+#: alone (``cut_blocks(grouped_first=True)``) when its groups' partial blocks hold at most
+#: this many postings (counted as full blocks, an upper bound): 0.84 against 1.17 s for a
+#: round of 2,000 groups streamed into a 100k index (ad hoc, 870k postings in all across
+#: 5,662 groups). A hash aggregate's arrays are not bounded by ``work_mem``, so a larger
+#: round (partial blocks piled up while no merge ran), and every full merge, whose groups
+#: may hold any share of the index, sorts all its postings at once within ``work_mem``.
+GROUPED_TAIL_MAX = 1_000_000
 
 
 def _columns(groups: Any) -> dict[str, list[str]]:
@@ -182,7 +202,8 @@ def merge_postings(
                 {"groups": groups_per_round},
             ).fetchall()
             wholes = {tuple(g[:3]) for g in locked if g[3]}
-            tails = {tuple(g[:3]) for g in locked if not g[3]}
+            partials = {tuple(g[:3]): int(g[4]) for g in locked if not g[3]}
+            tails = set(partials)
             if tombstoned:
                 wholes.update(raw.execute(_LOCK_NAMED, _columns(tombstoned)).fetchall())
             tails -= wholes
@@ -193,7 +214,9 @@ def merge_postings(
             if wholes:
                 raw.execute(_REWRITE, _columns(sorted(wholes)))
             if tails:
-                raw.execute(_RECUT_TAIL, _columns(sorted(tails)))
+                tail_postings = BLOCK_SIZE * sum(partials[g] for g in tails)
+                recut = _RECUT_TAIL_GROUPED if tail_postings <= GROUPED_TAIL_MAX else _RECUT_TAIL
+                raw.execute(recut, _columns(sorted(tails)))
         groups = wholes | tails
         merged += len(groups)
         rounds += 1
