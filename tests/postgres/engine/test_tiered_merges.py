@@ -103,18 +103,16 @@ def test_a_tail_merge_recuts_the_partial_blocks_and_keeps_the_full_ones(
 
 
 def _due_tails(store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Forty groups (and "harbor") with a tail due: a partial block per group and write."""
+    """Forty groups with a tail due, a partial block per group and write, and "harbor"
+    written fifteen times a write: its tail holds more than a block."""
     monkeypatch.setattr(statistics, "merge_after_write", lambda engine, action: None)
     for n in range(PARTIAL_DUE + 1):
+        words = [" ".join(f"word{i} " * (1 + (i + j + n) % 3) for i in range(40)) for j in range(3)]
+        harbor = [" ".join(["harbor"] * (1 + (j + n) % 4) + ["note"] * j) for j in range(15)]
         store.upsert(
             [
-                ContextDocumentRecord(
-                    document_id=f"r{n}-{j}",
-                    body=" ".join(f"word{i} " * (1 + (i + j + n) % 3) for i in range(40))
-                    + " harbor" * j,
-                    permission_scope="dock",
-                )
-                for j in range(3)
+                ContextDocumentRecord(document_id=f"r{n}-{j}", body=body, permission_scope="dock")
+                for j, body in enumerate(words + harbor)
             ]
         )
 
@@ -183,9 +181,12 @@ def test_a_tail_merge_cuts_the_same_blocks_grouped_first_or_sorted_at_once(
                     )
                 )
     assert outcomes[0] == outcomes[1]
-    assert any(len(ids) > 1 for *_, ids, _ in outcomes[0][0])  # blocks with postings to order
+    sizes = {(lexeme, len(ids)) for lexeme, *_, ids, _ in outcomes[0][0]}
+    assert ("harbor", BLOCK_SIZE) in sizes  # a tail recut into a full block and a partial
+    assert any(lexeme == "harbor" and n < BLOCK_SIZE for lexeme, n in sizes)
     answers = _answers(store)
     monkeypatch.setattr(blocks, "GROUPED_TAIL_MAX", 0)  # this round sorts at once
+    monkeypatch.setattr(blocks, "_RECUT_TAIL_GROUPED", "SELECT 1 / 0")  # never taken
     assert _merge(store, full=False) == len(groups)
     assert _answers(store) == answers
     assert audit(store.engine).consistent

@@ -141,14 +141,16 @@ _REWRITE = _merge(tail=False)
 _RECUT_TAIL = _merge(tail=True)
 _RECUT_TAIL_GROUPED = _merge(tail=True, grouped_first=True)
 
-#: A tail merge round gathers each group's postings by hashing and sorts each group's
-#: alone (``cut_blocks(grouped_first=True)``) when its groups' partial blocks can hold at
-#: most this many postings (128 per partial block, an upper bound). Ad hoc, a round of
-#: 2,000 groups streamed into a 100k index (bound 2,972,032; 297,768 postings in fact):
-#: 0.54 against 0.92 s, the backend's peak resident memory 28 against 18 MB above where it
-#: started. A hash aggregate's arrays are not bounded by ``work_mem``, so a larger round
-#: (partial blocks piled up while no merge ran), and every full merge, whose groups may
-#: hold any share of the index, sorts all its postings at once within ``work_mem``.
+#: A tail merge round gathers each group's postings first and sorts each group's alone
+#: (``cut_blocks(grouped_first=True)``) when its groups' partial blocks can hold at most
+#: this many postings (128 per partial block, an upper bound). Ad hoc, a round of 2,000
+#: groups streamed into a 100k index (bound 2,972,032; 297,768 postings in fact): 0.54
+#: against 0.92 s, the backend's peak resident memory 28 against 18 MB above where it
+#: started, about 33 bytes per posting. A hash aggregate's arrays are not bounded by
+#: ``work_mem``, so a round of nearly full partial blocks at the bound could take about
+#: 130 MB, once per index (one merger at a time: ``MERGE_LOCK``), as a load's grouped cut
+#: may; a larger round, and every full merge, whose groups may hold any share of the
+#: index, sorts all its postings at once within ``work_mem``.
 GROUPED_TAIL_MAX = 4_000_000
 
 
