@@ -154,6 +154,47 @@ def test_a_merge_round_settles_each_group_by_key_not_against_every_other(
     assert audit(store.engine).consistent
 
 
+def test_a_merge_round_reads_each_groups_tombstones_once(
+    store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round reads each named group's tombstones once, not once per block it rewrites
+    (the full merge compared every block with every group's tombstones: 3.6 of an 11 s
+    round of 2,000 groups, ad hoc), and still leaves the removed postings out."""
+    _due_tails(store, monkeypatch)
+    replaced = ContextDocumentRecord(document_id="r0-0", body="replaced", permission_scope="dock")
+    store.upsert([replaced])  # its old chunk's postings are tombstoned in forty groups
+    with (
+        autocommit_session(store.engine, "test") as raw,
+        raw.transaction(force_rollback=True),
+    ):
+        groups = raw.execute(
+            "SELECT lexeme, permission_scope, lifecycle FROM posting_tombstones ORDER BY 1, 2, 3"
+        ).fetchall()
+        assert len(groups) >= 40
+        for setting in blocks.ROUND_SETTINGS:
+            raw.execute(setting)
+        for statement in (blocks._REWRITE, blocks._RECUT_TAIL):
+            with raw.transaction(force_rollback=True):
+                (plan,) = raw.execute(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, blocks._columns(groups)
+                ).fetchone()
+            nodes = list(_plan_nodes(plan[0]["Plan"]))
+            blocks_read = sum(n["Actual Rows"] for n in nodes if n.get("CTE Name") == "old")
+            assert blocks_read > len(groups)
+            reads = [
+                n["Actual Loops"]
+                for n in nodes
+                if n.get("Relation Name") == "posting_tombstones" or n.get("CTE Name") == "tomb"
+            ]
+            assert reads and max(reads) <= len(groups)
+    answers = _answers(store)
+    assert _merge(store) >= len(groups)
+    assert _answers(store) == answers
+    with store.engine.connect() as conn:
+        assert not conn.execute(text("SELECT count(*) FROM posting_tombstones")).scalar_one()
+    assert audit(store.engine).consistent
+
+
 def test_a_tail_merge_cuts_the_same_blocks_grouped_first_or_sorted_at_once(
     store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch
 ) -> None:

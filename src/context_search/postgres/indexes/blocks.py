@@ -93,7 +93,6 @@ def _merge(*, tail: bool, grouped_first: bool = False) -> str:
         DELETE FROM posting_tombstones t USING g
         WHERE (t.lexeme, t.permission_scope, t.lifecycle)
               = (g.lexeme, g.permission_scope, g.lifecycle)
-        RETURNING t.*
     )"""
     )
     settle = (
@@ -101,19 +100,28 @@ def _merge(*, tail: bool, grouped_first: bool = False) -> str:
     )
     return f"""
     WITH g AS (
-        SELECT * FROM unnest(%(lexemes)s::text[], %(scopes)s::text[], %(lifecycles)s::text[])
+        -- Each named group with its tombstones, read by key once (every statement of this
+        -- one sees them as the statement began, the full merge's purge included). Joined
+        -- to the blocks instead, under the round's settings, every block was compared
+        -- with every group's tombstones: 3.6 of an 11 s full merge of 2,000 groups, ad hoc.
+        SELECT g.*, t.chunk_ids AS dead
+        FROM unnest(%(lexemes)s::text[], %(scopes)s::text[], %(lifecycles)s::text[])
             AS g({GROUP})
+        LEFT JOIN LATERAL (
+            SELECT t.chunk_ids FROM posting_tombstones t
+            WHERE t.lexeme = g.lexeme AND t.permission_scope = g.permission_scope
+              AND t.lifecycle = g.lifecycle
+        ) AS t ON true
     ), old AS (
         DELETE FROM posting_blocks b USING g
         WHERE (b.lexeme, b.permission_scope, b.lifecycle)
               = (g.lexeme, g.permission_scope, g.lifecycle) {partial_only}
-        RETURNING b.*
+        RETURNING b.*, g.dead
     ){purge}, live AS (
         SELECT o.lexeme, o.permission_scope, o.lifecycle, x.chunk_id, x.impact
         FROM old o
         CROSS JOIN LATERAL unnest(o.chunk_ids, o.impacts) AS x(chunk_id, impact)
-        LEFT JOIN {"posting_tombstones" if tail else "tomb"} t USING ({GROUP})
-        WHERE t.chunk_ids IS NULL OR x.chunk_id <> ALL(t.chunk_ids)
+        WHERE o.dead IS NULL OR x.chunk_id <> ALL(o.dead)
     ), made AS (
         INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
         {cut_blocks("live", grouped_first=grouped_first)}
