@@ -101,9 +101,7 @@ def _merge(*, tail: bool, grouped_first: bool = False) -> str:
     return f"""
     WITH g AS (
         -- Each named group with its tombstones, read by key once (every statement of this
-        -- one sees them as the statement began, the full merge's purge included). Joined
-        -- to the blocks instead, under the round's settings, every block was compared
-        -- with every group's tombstones: 3.6 of an 11 s full merge of 2,000 groups, ad hoc.
+        -- one sees them as the statement began, the full merge's purge included).
         SELECT g.*, t.chunk_ids AS dead
         FROM unnest(%(lexemes)s::text[], %(scopes)s::text[], %(lifecycles)s::text[])
             AS g({GROUP})
@@ -116,12 +114,21 @@ def _merge(*, tail: bool, grouped_first: bool = False) -> str:
         DELETE FROM posting_blocks b USING g
         WHERE (b.lexeme, b.permission_scope, b.lifecycle)
               = (g.lexeme, g.permission_scope, g.lifecycle) {partial_only}
-        RETURNING b.*, g.dead
+        RETURNING b.*
     ){purge}, live AS (
+        -- A tombstoned chunk id is dead in every group: a chunk leaves a group only by
+        -- being removed or taking a new id (a trigger refuses anything else), and ids are
+        -- never reused. So the round's tombstones are one set, looked up by hashing. Each
+        -- block joined to its group's tombstones under the round's settings instead, then
+        -- each posting compared with the group's whole list: a full merge of 2,000
+        -- tombstoned groups (1.05M postings) took 11.0 s, this 2.9 s (ad hoc, EXPLAIN
+        -- ANALYZE of one round).
         SELECT o.lexeme, o.permission_scope, o.lifecycle, x.chunk_id, x.impact
         FROM old o
         CROSS JOIN LATERAL unnest(o.chunk_ids, o.impacts) AS x(chunk_id, impact)
-        WHERE o.dead IS NULL OR x.chunk_id <> ALL(o.dead)
+        WHERE x.chunk_id NOT IN (
+            SELECT d.chunk_id FROM g CROSS JOIN LATERAL unnest(g.dead) AS d(chunk_id)
+            WHERE d.chunk_id IS NOT NULL)
     ), made AS (
         INSERT INTO posting_blocks ({GROUP}, max_impact, chunk_ids, impacts)
         {cut_blocks("live", grouped_first=grouped_first)}
