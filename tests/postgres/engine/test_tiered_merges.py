@@ -190,6 +190,24 @@ def test_a_merge_round_reads_each_groups_tombstones_once(
             assert reads and max(reads) <= len(groups)
             # ... and each posting is looked up in the round's tombstones by hashing.
             assert any("hashed SubPlan" in n.get("Filter", "") for n in nodes)
+    # What lets the round treat them as one set: no tombstoned id is a chunk's (the audit
+    # counts any that is, here one put there by hand).
+    assert audit(store.engine).violations["tombstoned_live_chunk"] == 0
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE posting_tombstones SET chunk_ids = chunk_ids || "
+                "(SELECT max(chunk_id) FROM chunks) WHERE lexeme = 'word0'"
+            )
+        )
+    assert audit(store.engine).violations["tombstoned_live_chunk"] == 1
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE posting_tombstones SET chunk_ids = chunk_ids[1:cardinality(chunk_ids) - 1] "
+                "WHERE lexeme = 'word0'"
+            )
+        )
     answers = _answers(store)
     assert _merge(store) >= len(groups)
     assert _answers(store) == answers

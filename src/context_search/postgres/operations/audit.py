@@ -108,6 +108,14 @@ _CHECKS: dict[str, str] = {
         SELECT count(*) FROM ({UNSORTED_GROUPS}) u
         JOIN term_stats s USING (lexeme, permission_scope, lifecycle)
         WHERE s.fresh = 0""",  # noqa: S608
+    # A tombstone names a chunk id that has left the chunks for good: a chunk leaves a group
+    # only by removal or a new id (the trigger refuses anything else) and ids are never
+    # reused, which is what lets a merge drop a tombstoned id from every group it rewrites
+    # (``indexes/blocks.py``).
+    "tombstoned_live_chunk": """
+        SELECT count(*) FROM posting_tombstones t
+        CROSS JOIN LATERAL unnest(t.chunk_ids) AS d(chunk_id)
+        WHERE EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = d.chunk_id)""",
     # A deleted document whose purge is done still has searchable copies.
     "purged_but_present": """
         SELECT count(*) FROM documents d
