@@ -123,6 +123,28 @@ def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _plan_nodes(child)
 
 
+def _explained_rounds(
+    store: PostgresSearchConnector, groups_sql: str, statements: tuple[str, ...]
+) -> tuple[list[Any], list[list[dict[str, Any]]]]:
+    """The groups ``groups_sql`` names, and the plan nodes of each merge statement run over
+    them under the round's settings (``EXPLAIN ANALYZE``, rolled back)."""
+    with (
+        autocommit_session(store.engine, "test") as raw,
+        raw.transaction(force_rollback=True),
+    ):
+        groups = raw.execute(groups_sql).fetchall()
+        for setting in blocks.ROUND_SETTINGS:
+            raw.execute(setting)
+        plans = []
+        for statement in statements:
+            with raw.transaction(force_rollback=True):
+                (plan,) = raw.execute(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, blocks._columns(groups)
+                ).fetchone()
+            plans.append(list(_plan_nodes(plan[0]["Plan"])))
+    return groups, plans
+
+
 def test_a_merge_round_settles_each_group_by_key_not_against_every_other(
     store: PostgresSearchConnector, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,23 +152,14 @@ def test_a_merge_round_settles_each_group_by_key_not_against_every_other(
     under the round's settings (hash and merge joins off), the groups' counts were
     aggregated again for every group: 11 of 15 s of a tail merge of 5,662 groups (ad hoc)."""
     _due_tails(store, monkeypatch)
-    with (
-        autocommit_session(store.engine, "test") as raw,
-        raw.transaction(force_rollback=True),
-    ):
-        groups = raw.execute(
-            "SELECT lexeme, permission_scope, lifecycle FROM term_stats WHERE due ORDER BY 1, 2, 3"
-        ).fetchall()
-        assert len(groups) >= 40
-        for setting in blocks.ROUND_SETTINGS:
-            raw.execute(setting)
-        (plan,) = raw.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + blocks._RECUT_TAIL, blocks._columns(groups)
-        ).fetchone()
+    groups, (nodes,) = _explained_rounds(
+        store,
+        "SELECT lexeme, permission_scope, lifecycle FROM term_stats WHERE due ORDER BY 1, 2, 3",
+        (blocks._RECUT_TAIL,),
+    )
+    assert len(groups) >= 40
     # Each aggregate (the groups' counts) is computed once, not once per group.
-    loops = [
-        n["Actual Loops"] for n in _plan_nodes(plan[0]["Plan"]) if n["Node Type"] == "Aggregate"
-    ]
+    loops = [n["Actual Loops"] for n in nodes if n["Node Type"] == "Aggregate"]
     assert loops and set(loops) == {1}
     assert _merge(store, full=False) == len(groups)  # and the round itself settles them
     with store.engine.connect() as conn:
@@ -164,32 +177,23 @@ def test_a_merge_round_reads_each_groups_tombstones_once(
     _due_tails(store, monkeypatch)
     replaced = ContextDocumentRecord(document_id="r0-0", body="replaced", permission_scope="dock")
     store.upsert([replaced])  # its old chunk's postings are tombstoned in forty groups
-    with (
-        autocommit_session(store.engine, "test") as raw,
-        raw.transaction(force_rollback=True),
-    ):
-        groups = raw.execute(
-            "SELECT lexeme, permission_scope, lifecycle FROM posting_tombstones ORDER BY 1, 2, 3"
-        ).fetchall()
-        assert len(groups) >= 40
-        for setting in blocks.ROUND_SETTINGS:
-            raw.execute(setting)
-        for statement in (blocks._REWRITE, blocks._RECUT_TAIL):
-            with raw.transaction(force_rollback=True):
-                (plan,) = raw.execute(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, blocks._columns(groups)
-                ).fetchone()
-            nodes = list(_plan_nodes(plan[0]["Plan"]))
-            blocks_read = sum(n["Actual Rows"] for n in nodes if n.get("CTE Name") == "old")
-            assert blocks_read > len(groups)
-            reads = [
-                n["Actual Loops"]
-                for n in nodes
-                if n.get("Relation Name") == "posting_tombstones" or n.get("CTE Name") == "tomb"
-            ]
-            assert reads and max(reads) <= len(groups)
-            # ... and each posting is looked up in the round's tombstones by hashing.
-            assert any("hashed SubPlan" in n.get("Filter", "") for n in nodes)
+    groups, plans = _explained_rounds(
+        store,
+        "SELECT lexeme, permission_scope, lifecycle FROM posting_tombstones ORDER BY 1, 2, 3",
+        (blocks._REWRITE, blocks._RECUT_TAIL),
+    )
+    assert len(groups) >= 40
+    for nodes in plans:
+        blocks_read = sum(n["Actual Rows"] for n in nodes if n.get("CTE Name") == "old")
+        assert blocks_read > len(groups)
+        reads = [
+            n["Actual Loops"]
+            for n in nodes
+            if n.get("Relation Name") == "posting_tombstones" or n.get("CTE Name") == "tomb"
+        ]
+        assert reads and max(reads) <= len(groups)
+        # ... and each posting is looked up in the round's tombstones by hashing.
+        assert any("hashed SubPlan" in n.get("Filter", "") for n in nodes)
     # What lets the round treat them as one set: no tombstoned id is a chunk's (the audit
     # counts any that is, here one put there by hand).
     assert audit(store.engine).violations["tombstoned_live_chunk"] == 0
