@@ -230,16 +230,17 @@ def cut_blocks(postings: str, *, grouped_first: bool = False) -> str:
     ``grouped_first``: the postings are gathered into their groups (by hashing, as the
     planner usually does it), then each group's are sorted on their own. One sort of every
     posting spilled to disk and was merged in one process; many small sorts in memory
-    are not, and the grouping runs in parallel workers. The blocks are the same (ad hoc,
+    are not, and in a load the grouping runs in parallel workers (a merge, a statement
+    that writes, never runs in parallel). The blocks are the same (ad hoc,
     as ``CREATE TABLE AS`` with one worker: the postings of 100k chunks 8.4 against
     5.2-5.4 s; the same ten times over, under other chunk ids and with a third of the
     lexemes renamed, 63M postings, 91 against 58 s). Its memory is not bounded by
     ``work_mem``: PostgreSQL bounds how many groups a hash aggregate holds, not how large
     each group's arrays grow (ad hoc, those 63M postings: 125 MB per process, the sort
     7-17 MB), so only loads up to a size (``indexes/builds.py``) and tail merge rounds up
-    to a bound (``GROUPED_TAIL_MAX`` in ``indexes/blocks.py``) take it. A write's cut and a
-    full merge's sort once: at 1,000 chunks in one process that was 10 % faster for a write
-    (at 5,000, grouping first was 7 % faster).
+    to a bound (``GROUPED_TAIL_MAX`` in ``indexes/blocks.py``) take it. A write's cut, a
+    full merge's and a tail round's past that bound sort once: at 1,000 chunks in one
+    process that was 10 % faster for a write (at 5,000, grouping first was 7 % faster).
 
     The groups are sorted by byte order (``COLLATE "C"``): any order groups them, and the
     database's collation costs a locale comparison per pair of postings (without

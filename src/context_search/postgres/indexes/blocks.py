@@ -58,7 +58,8 @@ _LOCK_TOMBSTONED = f"""
     FOR UPDATE OF t SKIP LOCKED
 """
 
-#: Due groups, and whether each is due for a full merge (else its tail only).
+#: Due groups, whether each is due for a full merge (else its tail only), and its partial
+#: blocks (what sizes a tail round: :data:`GROUPED_TAIL_MAX`).
 _LOCK_DUE = """
     SELECT s.lexeme, s.permission_scope, s.lifecycle, {full} AS full, s.partial
     FROM term_stats s
@@ -81,7 +82,8 @@ def _merge(*, tail: bool, grouped_first: bool = False) -> str:
     merge rewrites every block of each group into disjoint full blocks and purges its
     tombstones; a tail merge (``tail``) recuts only the partial blocks into full ones (and
     at most one partial), leaving the full blocks and the tombstones as they are. Either
-    drops the postings the tombstones name from what it rewrites, and settles every group
+    drops the postings any of the round's tombstones name (one set: see ``live``) from what
+    it rewrites, and settles every group
     it names, also one that had no blocks (its flag is cleared). ``grouped_first``: see
     :func:`~context_search.postgres.engine.postings.cut_blocks` and
     :data:`GROUPED_TAIL_MAX`."""
@@ -90,6 +92,7 @@ def _merge(*, tail: bool, grouped_first: bool = False) -> str:
         ""
         if tail
         else """, tomb AS (
+        -- Runs once, to completion, though nothing reads it (a writing WITH always does).
         DELETE FROM posting_tombstones t USING g
         WHERE (t.lexeme, t.permission_scope, t.lifecycle)
               = (g.lexeme, g.permission_scope, g.lifecycle)
@@ -118,7 +121,9 @@ def _merge(*, tail: bool, grouped_first: bool = False) -> str:
     ){purge}, live AS (
         -- A tombstoned chunk id is dead in every group: a chunk leaves a group only by
         -- being removed or taking a new id (a trigger refuses anything else), and ids are
-        -- never reused. So the round's tombstones are one set, looked up by hashing. Each
+        -- never reused (the audit's tombstoned_live_chunk checks it: were it broken, a
+        -- tombstone naming a live id would drop that chunk from every group of the round,
+        -- not only its own). So the round's tombstones are one set, looked up by hashing. Each
         -- block joined to its group's tombstones under the round's settings instead, then
         -- each posting compared with the group's whole list: a full merge of 2,000
         -- tombstoned groups (1.05M postings) took 11.0 s, this 2.9 s (ad hoc, EXPLAIN
