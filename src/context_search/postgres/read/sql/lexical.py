@@ -165,15 +165,34 @@ CANDIDATES = """
             -- index orders them as the run does (largest impact, then first chunk id). The
             -- run's first bound + dead postings, so its bound strongest live ones, are in its
             -- first blocks, and no other block holds a posting that ranks before them.
+            -- Without tombstones they are the run's first bound postings: the n-th block's
+            -- first bound - (n - 1) x block, nothing to sort.
+            --
+            -- Arrays are unnested in the select list (a ProjectSet), never in FROM: a
+            -- function scan fills a tuple store on each of its rescans, 4x the cost per
+            -- posting (benchmarks/results/SEARCH-SPEED.md).
+            SELECT unnest(b.chunk_ids[1:i.bound - (b.n - 1) * {block}]) AS chunk_id,
+                   unnest(b.impacts[1:i.bound - (b.n - 1) * {block}]) AS impact
+            FROM (SELECT b.chunk_ids, b.impacts,
+                         row_number() OVER (ORDER BY b.max_impact DESC, b.chunk_ids[1]) AS n
+                  FROM posting_blocks b
+                  WHERE b.lexeme = s.lexeme
+                    AND b.permission_scope = s.permission_scope
+                    AND b.lifecycle = s.lifecycle
+                  ORDER BY b.max_impact DESC, b.chunk_ids[1]
+                  LIMIT (i.bound + {block} - 1) / {block}) AS b
+            WHERE s.fresh = 0 AND cardinality(d.dead) = 0
+            UNION ALL
             (SELECT x.chunk_id, x.impact
-             FROM (SELECT b.chunk_ids, b.impacts FROM posting_blocks b
-                   WHERE b.lexeme = s.lexeme
-                     AND b.permission_scope = s.permission_scope
-                     AND b.lifecycle = s.lifecycle
-                   ORDER BY b.max_impact DESC, b.chunk_ids[1]
-                   LIMIT (i.bound + cardinality(d.dead) + {block} - 1) / {block}) AS b
-             CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
-             WHERE s.fresh = 0 AND x.chunk_id <> ALL(d.dead)
+             FROM (SELECT unnest(b.chunk_ids) AS chunk_id, unnest(b.impacts) AS impact
+                   FROM (SELECT b.chunk_ids, b.impacts FROM posting_blocks b
+                         WHERE b.lexeme = s.lexeme
+                           AND b.permission_scope = s.permission_scope
+                           AND b.lifecycle = s.lifecycle
+                         ORDER BY b.max_impact DESC, b.chunk_ids[1]
+                         LIMIT (i.bound + cardinality(d.dead) + {block} - 1) / {block}) AS b)
+                 AS x
+             WHERE s.fresh = 0 AND cardinality(d.dead) > 0 AND x.chunk_id <> ALL(d.dead)
              ORDER BY x.impact DESC, x.chunk_id
              LIMIT i.bound)
             UNION ALL
@@ -194,16 +213,15 @@ CANDIDATES = """
                                 AND max(f.floor) > CASE WHEN count(*) < i.bound THEN 0
                                                         ELSE min(f.impact) END, true) AS more
                 FROM (
-                    SELECT x.chunk_id, x.impact, b.blocks, b.floor
-                    FROM (SELECT b.chunk_ids, b.impacts, count(*) OVER () AS blocks,
-                                 min(b.max_impact) OVER () AS floor
+                    SELECT x.chunk_id, x.impact, x.blocks, x.floor
+                    FROM (SELECT unnest(b.chunk_ids) AS chunk_id, unnest(b.impacts) AS impact,
+                                 count(*) OVER () AS blocks, min(b.max_impact) OVER () AS floor
                           FROM (SELECT b.chunk_ids, b.impacts, b.max_impact FROM posting_blocks b
                                 WHERE b.lexeme = s.lexeme
                                   AND b.permission_scope = s.permission_scope
                                   AND b.lifecycle = s.lifecycle
                                 ORDER BY b.max_impact DESC
-                                LIMIT (i.bound + {block} - 1) / {block} + 1) AS b) AS b
-                    CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
+                                LIMIT (i.bound + {block} - 1) / {block} + 1) AS b) AS x
                     WHERE x.chunk_id <> ALL(d.dead)
                     ORDER BY x.impact DESC, x.chunk_id
                     LIMIT i.bound
@@ -213,21 +231,19 @@ CANDIDATES = """
                 -- If no other block can (not more), the first blocks' postings are the answer as
                 -- they are; else every live posting stronger than tau is in a block whose maximum
                 -- exceeds tau, and those equal to tau come from the first blocks (block order).
-                SELECT x.chunk_id, x.impact
-                FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
+                SELECT unnest(th.ids) AS chunk_id, unnest(th.impacts) AS impact
                 WHERE NOT th.more
                 UNION ALL
                 (SELECT y.chunk_id, y.impact
                  FROM (
-                     SELECT x.chunk_id, x.impact
-                     FROM unnest(th.ids, th.impacts) AS x(chunk_id, impact)
+                     SELECT unnest(th.ids) AS chunk_id, unnest(th.impacts) AS impact
                      UNION
                      SELECT x.chunk_id, x.impact
-                     FROM posting_blocks b
-                     CROSS JOIN LATERAL unnest(b.chunk_ids, b.impacts) AS x(chunk_id, impact)
-                     WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
-                       AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau
-                       AND x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
+                     FROM (SELECT unnest(b.chunk_ids) AS chunk_id, unnest(b.impacts) AS impact
+                           FROM posting_blocks b
+                           WHERE b.lexeme = s.lexeme AND b.permission_scope = s.permission_scope
+                             AND b.lifecycle = s.lifecycle AND b.max_impact > th.tau) AS x
+                     WHERE x.impact > th.tau AND x.chunk_id <> ALL(d.dead)
                  ) AS y
                  WHERE th.more
                  ORDER BY y.impact DESC, y.chunk_id
@@ -299,13 +315,13 @@ CHUNK_BM25 = """
     SELECT r.doc_id, r.ordinal,
            sum(i.idf * (t.tf * ({k1} + 1))
                / (t.tf + {k1} * (1 - {b} + {b} * r.token_count / i.avgdl))
-               ORDER BY u.lexeme)
+               ORDER BY (r.u).lexeme)
                AS score
-    FROM ranked r
-    CROSS JOIN q
-    CROSS JOIN LATERAL unnest(ts_filter(setweight(r.tsv, 'A', q.terms), '{{a}}')) AS u
-    JOIN idf i ON i.lexeme = u.lexeme
-    CROSS JOIN LATERAL (SELECT GREATEST(cardinality(u.positions), 1) AS tf) AS t
+    FROM (SELECT r.doc_id, r.ordinal, r.token_count,
+                 unnest(ts_filter(setweight(r.tsv, 'A', q.terms), '{{a}}')) AS u
+          FROM ranked r CROSS JOIN q) AS r
+    JOIN idf i ON i.lexeme = (r.u).lexeme
+    CROSS JOIN LATERAL (SELECT GREATEST(cardinality((r.u).positions), 1) AS tf) AS t
     GROUP BY r.doc_id, r.ordinal
 """
 
