@@ -128,9 +128,13 @@ def _merge(*, tail: bool, grouped_first: bool = False) -> str:
         -- then each posting compared with the group's whole list: a full merge of 2,000
         -- tombstoned groups (1.05M postings) took 11.0 s, this 2.9 s (ad hoc, EXPLAIN
         -- ANALYZE of one round).
-        SELECT o.lexeme, o.permission_scope, o.lifecycle, x.chunk_id, x.impact
-        FROM old o
-        CROSS JOIN LATERAL unnest(o.chunk_ids, o.impacts) AS x(chunk_id, impact)
+        -- The blocks' arrays are unnested in the select list: as a function scan in FROM
+        -- each block filled a tuple store of its own, twice the time per posting (0.31
+        -- against 0.14 s for 1.37M postings, ad hoc).
+        SELECT x.lexeme, x.permission_scope, x.lifecycle, x.chunk_id, x.impact
+        FROM (SELECT o.lexeme, o.permission_scope, o.lifecycle,
+                     unnest(o.chunk_ids) AS chunk_id, unnest(o.impacts) AS impact
+              FROM old o) AS x
         WHERE x.chunk_id NOT IN (
             SELECT d.chunk_id FROM g CROSS JOIN LATERAL unnest(g.dead) AS d(chunk_id)
             WHERE d.chunk_id IS NOT NULL)
