@@ -127,3 +127,54 @@ def test_a_long_query_shares_its_postings_budget(
         mixed = "glacier volcano canyon cirque moraine"
         assert matches(mixed) == 3 * 229 + 60 + 3
         assert matches(mixed + " zzqa zzqb zzqc") == 3 * 229 + 60 + 3
+
+
+def _section(plan: list[str], cte: str) -> list[str]:
+    """The lines of one common table expression's subplan (up to the next one)."""
+    start = plan.index(f"  CTE {cte}")
+    end = next((i for i in range(start + 1, len(plan)) if plan[i].startswith("  CTE ")), None)
+    return plan[start:end]
+
+
+def _executed(lines: list[str]) -> list[str]:
+    return [line for line in lines if "->" in line and "(never executed)" not in line]
+
+
+def test_postings_are_unnested_as_they_come_and_a_clean_run_is_not_sorted(
+    context_search_dsn: str, context_search_schema: str
+) -> None:
+    # 300 chunks of one scope hold "glacier": one run of three blocks (128, 128, 44), no
+    # tombstones. With a bound of 50 a search needs the first 50 postings of the first
+    # block, which its place in the run gives without sorting anything.
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=context_search_schema,
+        embedder=HashingEmbedder(),
+        lexical_per_term=50,
+    ) as c:
+        c.upsert(_docs("s", "glacier survey number {i} " + "word " * 3, 300))
+        with c.engine.connect() as conn:
+            fresh, blocks = conn.execute(
+                text("SELECT fresh, blocks FROM term_stats WHERE lexeme = 'glacier'")
+            ).one()
+        assert (fresh, blocks) == (0, 3)
+        query = SearchQuery(query="glacier survey", allowed_scopes=["s"], top_k=5)
+        assert c.search(query).stats.lexical_matches == 50
+        plan = c.search_plan(query, analyze=True).splitlines()
+        text_of = "\n".join(plan)
+        # Stage 1 and the exact scores unnest the blocks' arrays and the chunks' tsvectors
+        # in the select list: a function scan fills a tuple store per block or chunk.
+        for cte in ("candidates", "lexical"):
+            executed = _executed(_section(plan, cte))
+            assert not [n for n in executed if "Function Scan" in n], text_of
+            assert [n for n in executed if "ProjectSet" in n], text_of
+        # The postings of the clean run are never sorted within it: only the term's cut
+        # across its groups sorts (one group here, so its 50 postings once).
+        stage1 = _section(plan, "candidates")
+        sorted_postings = [
+            float(m.group(1)) * int(m.group(2))
+            for i, line in enumerate(stage1)
+            if ("Sort Key: x.impact DESC" in line or "Sort Key: y.impact DESC" in line)
+            and (m := _ROWS.search(stage1[i - 1])) is not None
+        ]
+        assert sum(sorted_postings) == 0, text_of
