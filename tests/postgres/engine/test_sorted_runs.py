@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from context_search import ContextDocumentRecord, SearchQuery
+from context_search import ContextDocumentRecord, HashingEmbedder, SearchQuery
 from context_search.postgres import PostgresSearchConnector
 from context_search.postgres.engine.migrations import downgrade, migrate
 from context_search.postgres.engine.pool import close_store_engine, create_store_engine
@@ -121,6 +121,52 @@ def test_tied_blocks_are_read_in_run_order_whatever_their_place_in_the_table(
         conn.execute(text("DROP INDEX ix_posting_blocks_run"))
     assert _lexical_docs(store) == expected
     assert audit(store.engine).consistent
+
+
+@pytest.mark.parametrize("bound", [129, 200, 300, 450, 600])
+def test_a_bound_past_the_first_block_is_sliced_in_run_order(
+    store: PostgresSearchConnector,
+    context_search_dsn: str,
+    context_search_schema: str,
+    bound: int,
+) -> None:
+    """Without tombstones a clean group's bound strongest postings are its first blocks,
+    the last of them cut short (129: one posting of the second block; 300: the tied
+    postings end inside the third; 600: more than the group holds), read in the order
+    the blocks take in the run, not in the table."""
+    store.upsert(_tied_then_weaker())
+    assert _harbor_run(store) == (0, 4, 0)
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "WITH first AS (DELETE FROM posting_blocks WHERE lexeme = 'harbor' "
+                "AND chunk_ids[1] = (SELECT min(chunk_ids[1]) FROM posting_blocks "
+                "WHERE lexeme = 'harbor') RETURNING *) "
+                "INSERT INTO posting_blocks SELECT * FROM first"
+            )
+        )
+        exact = {
+            str(r)
+            for r in conn.execute(
+                text(
+                    "SELECT c.doc_id FROM postings p JOIN chunks c USING (chunk_id) "
+                    "WHERE p.lexeme = 'harbor' ORDER BY p.impact DESC, p.chunk_id LIMIT :n"
+                ),
+                {"n": bound},
+            ).scalars()
+        }
+    assert len(exact) == min(bound, 500)
+    # A pool wide enough that every candidate of stage 1 is scored and listed.
+    with PostgresSearchConnector.open(
+        context_search_dsn,
+        schema=context_search_schema,
+        embedder=HashingEmbedder(),
+        lexical_per_term=bound,
+        pool_size=600,
+    ) as wide:
+        resp = wide.search(SearchQuery(query="harbor", allowed_scopes=["dock"], top_k=10))
+        found = {e.doc_id for e in resp.rank_log.entries if e.lexical_rank is not None}
+    assert found == exact
 
 
 def test_a_clean_group_reads_past_its_tombstones(

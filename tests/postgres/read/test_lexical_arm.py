@@ -143,9 +143,9 @@ def _executed(lines: list[str]) -> list[str]:
 def test_postings_are_unnested_as_they_come_and_a_clean_run_is_not_sorted(
     context_search_dsn: str, context_search_schema: str
 ) -> None:
-    # 300 chunks of one scope hold "glacier": one run of three blocks (128, 128, 44), no
-    # tombstones. With a bound of 50 a search needs the first 50 postings of the first
-    # block, which its place in the run gives without sorting anything.
+    # 300 chunks of one scope hold "glacier" and "survey": each term one run of three
+    # blocks, no tombstones. With a bound of 50 a search needs the first 50 postings of
+    # each run's first block, which their place in the run gives without sorting.
     with PostgresSearchConnector.open(
         context_search_dsn,
         schema=context_search_schema,
@@ -168,8 +168,8 @@ def test_postings_are_unnested_as_they_come_and_a_clean_run_is_not_sorted(
             executed = _executed(_section(plan, cte))
             assert not [n for n in executed if "Function Scan" in n], text_of
             assert [n for n in executed if "ProjectSet" in n], text_of
-        # The postings of the clean run are never sorted within it: only the term's cut
-        # across its groups sorts (one group here, so its 50 postings once).
+        # The postings of a clean run are never sorted within it (the cut of a term's
+        # postings across its groups, here one group each, is another sort: e.impact).
         stage1 = _section(plan, "candidates")
         sorted_postings = [
             float(m.group(1)) * int(m.group(2))

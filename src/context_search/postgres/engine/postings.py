@@ -137,7 +137,8 @@ GROUP = "lexeme, permission_scope, lifecycle"
 #: postings from its first blocks alone (``read/sql/lexical.py``). Migration 0020 and
 #: the audit check it with this: the groups whose blocks, in that order, are not one run
 #: (a block before another that is not full, or whose last posting does not rank before
-#: the next block's first).
+#: the next block's first). It reads only the blocks' ends: the order inside a block, which
+#: a search of a clean group slices without sorting, is every cut's own (``cut_blocks``).
 UNSORTED_GROUPS = f"""
     SELECT DISTINCT lexeme, permission_scope, lifecycle
     FROM (SELECT lexeme, permission_scope, lifecycle, max_impact, head,

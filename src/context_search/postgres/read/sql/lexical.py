@@ -161,14 +161,13 @@ CANDIDATES = """
         CROSS JOIN LATERAL (
             -- A group in one sorted run (term_stats.fresh 0: its blocks were cut by one
             -- statement, its first write or a full merge, and nothing was written into it
-            -- since): its blocks hold the postings in order, all full but the last, and the
-            -- index orders them as the run does (largest impact, then first chunk id). The
-            -- run's first bound + dead postings, so its bound strongest live ones, are in its
-            -- first blocks, and no other block holds a posting that ranks before them.
-            -- Without tombstones they are the run's first bound postings: the n-th block's
-            -- first bound - (n - 1) x block, nothing to sort.
+            -- since): its blocks hold the postings in order (cut_blocks sorts each block's
+            -- postings by impact, then chunk id), all full but the last, and the index orders
+            -- the blocks as the run does (largest impact, then first chunk id). Without
+            -- tombstones its bound strongest postings are the run's first bound: the n-th
+            -- block's first bound - (n - 1) x block, nothing to sort.
             --
-            -- Arrays are unnested in the select list (a ProjectSet), never in FROM: a
+            -- Blocks' arrays are unnested in the select list (a ProjectSet), not in FROM: a
             -- function scan fills a tuple store on each of its rescans, 4x the cost per
             -- posting (benchmarks/results/SEARCH-SPEED.md).
             SELECT unnest(b.chunk_ids[1:i.bound - (b.n - 1) * {block}]) AS chunk_id,
@@ -183,6 +182,9 @@ CANDIDATES = """
                   LIMIT (i.bound + {block} - 1) / {block}) AS b
             WHERE s.fresh = 0 AND cardinality(d.dead) = 0
             UNION ALL
+            -- With tombstones: the run's first bound + dead postings, so its bound strongest
+            -- live ones, are in its first blocks, and no other block holds a posting that
+            -- ranks before them.
             (SELECT x.chunk_id, x.impact
              FROM (SELECT unnest(b.chunk_ids) AS chunk_id, unnest(b.impacts) AS impact
                    FROM (SELECT b.chunk_ids, b.impacts FROM posting_blocks b
