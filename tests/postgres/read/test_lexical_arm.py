@@ -34,6 +34,11 @@ def _postings_scans(plan: list[str]) -> list[tuple[float, list[str]]]:
     return scans
 
 
+def _connector(dsn: str, schema: str, **options: int) -> PostgresSearchConnector:
+    """A connector on the test's schema with a hashing embedder and ``options``."""
+    return PostgresSearchConnector.open(dsn, schema=schema, embedder=HashingEmbedder(), **options)
+
+
 def _docs(scope: str, body: str, n: int) -> list[ContextDocumentRecord]:
     return [
         ContextDocumentRecord(
@@ -50,12 +55,7 @@ def test_each_visible_scope_gives_at_most_the_bound(
     # "tiny": 3 long chunks with the term once (weaker than any of big's).
     crowd = _docs("big", "glacier glacier glacier survey {i}", 1000)
     few = _docs("tiny", "one glacier among many other words of a longer note number {i}", 3)
-    with PostgresSearchConnector.open(
-        context_search_dsn,
-        schema=context_search_schema,
-        embedder=HashingEmbedder(),
-        lexical_per_term=50,
-    ) as c:
+    with _connector(context_search_dsn, context_search_schema, lexical_per_term=50) as c:
         c.upsert([*crowd, *few])
         with c.engine.begin() as conn:  # statistics as after a large load (which analyzes)
             conn.execute(text("ANALYZE posting_blocks, term_stats"))
@@ -100,12 +100,8 @@ def test_a_long_query_shares_its_postings_budget(
     # shares are counted over the words the index holds.
     mid = _docs("s", "cirque note {i}", 60)
     scopes = ["s", *words]
-    with PostgresSearchConnector.open(
-        context_search_dsn,
-        schema=context_search_schema,
-        embedder=HashingEmbedder(),
-        lexical_per_term=300,
-        pool_size=667,
+    with _connector(
+        context_search_dsn, context_search_schema, lexical_per_term=300, pool_size=667
     ) as c:
         c.upsert([*crowds, *rare, *mid])
 
@@ -146,12 +142,7 @@ def test_postings_are_unnested_as_they_come_and_a_clean_run_is_not_sorted(
     # 300 chunks of one scope hold "glacier" and "survey": each term one run of three
     # blocks, no tombstones. With a bound of 50 a search needs the first 50 postings of
     # each run's first block, which their place in the run gives without sorting.
-    with PostgresSearchConnector.open(
-        context_search_dsn,
-        schema=context_search_schema,
-        embedder=HashingEmbedder(),
-        lexical_per_term=50,
-    ) as c:
+    with _connector(context_search_dsn, context_search_schema, lexical_per_term=50) as c:
         c.upsert(_docs("s", "glacier survey number {i} " + "word " * 3, 300))
         with c.engine.connect() as conn:
             fresh, blocks = conn.execute(
