@@ -59,8 +59,8 @@ def _lexical_docs(store: PostgresSearchConnector) -> set[str]:
     return {e.doc_id for e in resp.rank_log.entries if e.lexical_rank is not None}
 
 
-def _exact(store: PostgresSearchConnector) -> set[str]:
-    """The documents of the bound strongest live postings of "harbor", in run order
+def _exact(store: PostgresSearchConnector, bound: int = BOUND) -> set[str]:
+    """The documents of the ``bound`` strongest live postings of "harbor", in run order
     (impact, then chunk id), from every block."""
     with store.engine.connect() as conn:
         rows = conn.execute(
@@ -69,9 +69,25 @@ def _exact(store: PostgresSearchConnector) -> set[str]:
                 "WHERE p.lexeme = 'harbor' AND p.lifecycle = 'active' "
                 "ORDER BY p.impact DESC, p.chunk_id LIMIT :n"
             ),
-            {"n": BOUND},
+            {"n": bound},
         ).scalars()
         return {str(r) for r in rows}
+
+
+def _move_first_block(store: PostgresSearchConnector) -> int:
+    """Write the run's first "harbor" block again, so the table holds it last among its
+    equals; the number of blocks moved."""
+    with store.engine.begin() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "WITH first AS (DELETE FROM posting_blocks WHERE lexeme = 'harbor' "
+                    "AND chunk_ids[1] = (SELECT min(chunk_ids[1]) FROM posting_blocks "
+                    "WHERE lexeme = 'harbor') RETURNING *) "
+                    "INSERT INTO posting_blocks SELECT * FROM first"
+                )
+            ).rowcount
+        )
 
 
 def _harbor_run(store: PostgresSearchConnector) -> tuple[int, int, int]:
@@ -93,18 +109,11 @@ def test_tied_blocks_are_read_in_run_order_whatever_their_place_in_the_table(
 ) -> None:
     store.upsert(_tied_then_weaker())
     assert _harbor_run(store) == (0, 4, 0)  # one run: 500 postings in four blocks
+    # Three blocks share the largest impact (two of tied postings only, and the one where
+    # the weaker start). The run's first block is written again, so it is last among its
+    # equals in the table.
+    moved = _move_first_block(store)
     with store.engine.begin() as conn:
-        # Three blocks share the largest impact (two of tied postings only, and the one
-        # where the weaker start). The run's first block is written again, so it is last
-        # among its equals in the table.
-        moved = conn.execute(
-            text(
-                "WITH first AS (DELETE FROM posting_blocks WHERE lexeme = 'harbor' "
-                "AND chunk_ids[1] = (SELECT min(chunk_ids[1]) FROM posting_blocks "
-                "WHERE lexeme = 'harbor') RETURNING *) "
-                "INSERT INTO posting_blocks SELECT * FROM first"
-            )
-        ).rowcount
         tied_blocks = conn.execute(
             text(
                 "SELECT count(*) FROM posting_blocks WHERE lexeme = 'harbor' "
@@ -136,25 +145,8 @@ def test_a_bound_past_the_first_block_is_sliced_in_run_order(
     the blocks take in the run, not in the table."""
     store.upsert(_tied_then_weaker())
     assert _harbor_run(store) == (0, 4, 0)
-    with store.engine.begin() as conn:
-        conn.execute(
-            text(
-                "WITH first AS (DELETE FROM posting_blocks WHERE lexeme = 'harbor' "
-                "AND chunk_ids[1] = (SELECT min(chunk_ids[1]) FROM posting_blocks "
-                "WHERE lexeme = 'harbor') RETURNING *) "
-                "INSERT INTO posting_blocks SELECT * FROM first"
-            )
-        )
-        exact = {
-            str(r)
-            for r in conn.execute(
-                text(
-                    "SELECT c.doc_id FROM postings p JOIN chunks c USING (chunk_id) "
-                    "WHERE p.lexeme = 'harbor' ORDER BY p.impact DESC, p.chunk_id LIMIT :n"
-                ),
-                {"n": bound},
-            ).scalars()
-        }
+    assert _move_first_block(store) == 1
+    exact = _exact(store, bound)
     assert len(exact) == min(bound, 500)
     # A pool wide enough that every candidate of stage 1 is scored and listed.
     with PostgresSearchConnector.open(
