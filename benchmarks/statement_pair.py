@@ -138,7 +138,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     result = {
-        **envelope("statement_pair", [*args.revisions, f"--queries={args.queries}"]),
+        **envelope("statement_pair", []),
+        "command": " ".join(
+            [
+                "python -m benchmarks.statement_pair --dsn …",
+                *args.revisions,
+                f"--queries {args.queries} --rounds {args.rounds}",
+            ]
+        ),
         **run(args.dsn, args.revisions, args.queries, args.rounds),
     }
     out = args.out or RESULTS / "statement_pair.json"
