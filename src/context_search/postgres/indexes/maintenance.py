@@ -49,10 +49,9 @@ class Maintenance:
             if not self._closed:
                 self._chunks += chunks_written
                 self._asked += 1
-                if self._thread is None or not self._thread.is_alive():
+                if self._thread is None:
                     # A daemon: an interpreter that exits with the connector still open does
-                    # not hang on a merge; the killed round's transaction rolls back. (Not
-                    # alive: a forked child's copy, whose requests still need a thread.)
+                    # not hang on a merge; the killed round's transaction rolls back.
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
                 self._cond.notify_all()
