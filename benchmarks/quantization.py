@@ -167,7 +167,6 @@ def _level(
     with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCHEMA, **EXACT) as store:
         t0 = time.perf_counter()
         report = store.upsert(records, batch_size=512)
-        store.wait_for_merges()
         load_s = time.perf_counter() - t0
         log(f"quantization: {report.chunks_written} chunks indexed in {load_s:.0f} s")
         with store.engine.begin() as conn:

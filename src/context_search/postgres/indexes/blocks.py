@@ -2,11 +2,10 @@
 a tail merge recuts a group's partial blocks into full ones; a full merge rewrites the group
 into disjoint full blocks with its dead postings purged.
 
-A merge runs after every write commits (``statistics.upkeep_after_write``, beside the
-connector's next writes) and after a job drain, on the groups the writes left due
-(``term_stats.due``, found by a partial index) and the ones whose tombstones are due. It
-is maintenance, never part of a write: searches read unmerged groups exactly, only with
-more blocks.
+A merge runs after every write commits (``statistics.refresh_statistics``) and after a job
+drain, on the groups the writes left due (``term_stats.due``, found by a partial index) and
+the ones whose tombstones are due. It is maintenance, never part of a write: searches read
+unmerged groups exactly, only with more blocks.
 """
 
 from __future__ import annotations

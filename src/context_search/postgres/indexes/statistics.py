@@ -3,29 +3,26 @@
 The search statement's plan depends on the tables' statistics: with none (a fresh index) or
 stale ones (a load that multiplied the table), the planner takes postings for a handful of
 rows and sorts them instead of reading the impact-ordered index, and sorts every chunk by
-distance instead of walking HNSW, several times slower. So the search's tables are analyzed
-before a write returns (:func:`analyze_after_write`), only when the statistics' count of
-chunks is far from the exact one the per-scope counters keep: loads that already analyzed
-(the bulk path does after building its indexes) are not analyzed twice.
+distance instead of walking HNSW, several times slower.
 
-Every write also leaves posting blocks for the merge (``blocks.py``), and the blocks a merge
-replaced are dead rows until vacuumed; after a large write they are reclaimed at once, so a
-stream of writes does not grow the table by its merges. Both are layout, not results, and
-run beside the connector's next writes (:func:`upkeep_after_write`, ``maintenance.py``):
+Every write also leaves posting blocks for the merge (``blocks.py``): it runs right after
+the write commits, whatever its size, and is a probe of a partial index when nothing is due.
+The blocks a merge replaced are dead rows until vacuumed; after a large write they are
+reclaimed at once, so a stream of writes does not grow the table by its merges:
 
-- the merge runs after every write, whatever its size, and is a probe of a partial index
-  when nothing is due;
 - ``posting_blocks`` is vacuumed: only its pages not yet marked are visited (what the write
   and its merge touched), a table autovacuum is already working on is skipped, and index
   cleanup and file truncation (which takes a lock searches would wait for) are left to
   autovacuum. Rows a snapshot older than the write may still need stay until later: a long
   transaction, or a hot standby that reports its queries' snapshots
-  (``hot_standby_feedback``), by up to its status interval. Only ``posting_blocks`` is
-  vacuumed, so the count of ``chunks`` the analyze check reads moves only with ``ANALYZE``
-  (and autovacuum).
+  (``hot_standby_feedback``), by up to its status interval.
+- The search's tables are analyzed only when the statistics' count of chunks is far from
+  the exact one the per-scope counters keep, so loads that already analyzed (the bulk path
+  does after building its indexes) are not analyzed twice. Only ``posting_blocks`` is vacuumed, so
+  the count of ``chunks`` the check reads moves only with ``ANALYZE`` (and autovacuum).
 
-All of it is maintenance after the write has committed: a failure is logged, never reported
-as a failed write.
+Both are maintenance after the write has committed: a failure is logged, never reported as a
+failed write.
 """
 
 from __future__ import annotations
@@ -41,12 +38,7 @@ from context_search.postgres.engine.drivers import autocommit_session
 from context_search.postgres.engine.errors import translate_errors
 from context_search.postgres.indexes.blocks import merge_after_write
 
-__all__ = [
-    "ANALYZED_TABLES",
-    "analyze_after_write",
-    "upkeep_after_write",
-    "vacuum_after_write",
-]
+__all__ = ["ANALYZED_TABLES", "refresh_statistics", "vacuum_after_write"]
 
 log = logging.getLogger(__name__)
 
@@ -95,55 +87,25 @@ def vacuum_after_write(raw: Any, *, analyze: bool) -> bool:
     return True
 
 
-def analyze_after_write(engine: Engine, chunks_written: int) -> bool:
-    """After a write of ``chunks_written`` chunks (a large one): analyze the search's tables
-    when the statistics' count of chunks is far from the real one (never analyzed counts as
-    none); returns whether it analyzed. On the writer's path, so the first search after a
-    load is planned for its size."""
+def refresh_statistics(engine: Engine, chunks_written: int) -> bool:
+    """After a write of ``chunks_written`` chunks: merge the posting groups it left due; after
+    a large one also vacuum ``posting_blocks``, and analyze the search's tables when the
+    statistics' count of chunks is far from the real one (never analyzed counts as none);
+    returns whether it analyzed."""
+    if chunks_written <= 0:
+        return False
+    merge_after_write(engine, "upsert")
     if chunks_written < _MIN_CHUNKS:
         return False
     try:
         with translate_errors("upsert"), engine.begin() as conn:
             estimated, actual = conn.execute(_COUNTS).one()
         off = abs(float(actual) - max(float(estimated), 0.0))
-        if off < max(_MIN_CHUNKS, _SHARE * float(actual)):
-            return False
+        analyze = off >= max(_MIN_CHUNKS, _SHARE * float(actual))
         with autocommit_session(engine, "upsert") as raw:
-            return _analyze(raw)
+            return vacuum_after_write(raw, analyze=analyze) and analyze
     except ContextSearchError as exc:
         log.warning(
-            "search tables not analyzed after a write of %d chunks: %s", chunks_written, exc
+            "search tables not refreshed after a write of %d chunks: %s", chunks_written, exc
         )
         return False
-
-
-def upkeep_after_write(engine: Engine, chunks_written: int) -> None:
-    """After writes of ``chunks_written`` chunks in all: merge the posting groups they left
-    due, and after large ones vacuum ``posting_blocks``. Layout only, never a result: the
-    connector runs it beside its next writes (``maintenance.py``)."""
-    if chunks_written <= 0:
-        return
-    merge_after_write(engine, "upsert")
-    if chunks_written < _MIN_CHUNKS:
-        return
-    try:
-        with autocommit_session(engine, "upsert") as raw:
-            vacuum_after_write(raw, analyze=False)
-    except ContextSearchError as exc:
-        log.warning(
-            "posting blocks not vacuumed after a write of %d chunks: %s", chunks_written, exc
-        )
-
-
-def _analyze(raw: Any) -> bool:
-    """``ANALYZE`` of the search's tables on ``raw`` (autocommit), without a time limit."""
-    try:
-        raw.execute("SET statement_timeout = 0")
-        try:
-            raw.execute(_ANALYZE)
-        finally:
-            raw.execute("RESET statement_timeout")
-    except psycopg.Error as exc:
-        log.warning("search tables not analyzed after a large write: %s", exc)
-        return False
-    return True
