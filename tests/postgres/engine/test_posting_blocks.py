@@ -374,3 +374,33 @@ def test_impacts_in_double_precision_equal_the_numeric_ones(
         ).one()
     assert (pairs, differ) == (256 * 10001, 0)
     assert "numeric" not in postings.IMPACT and "float8" in postings.IMPACT
+
+
+def _counter_page(store: PostgresSearchConnector, lexeme: str) -> int:
+    """The heap page holding ``lexeme``'s counters (its row version now)."""
+    with store.engine.connect() as conn:
+        tid = conn.execute(
+            text("SELECT CAST(ctid AS text) FROM term_stats WHERE lexeme = :l"), {"l": lexeme}
+        ).scalar_one()
+    return int(tid.strip("()").split(",")[0])
+
+
+def test_a_write_updates_its_groups_counters_on_their_page(
+    store: PostgresSearchConnector,
+) -> None:
+    """The counters of a group get a new row version with every write into it; the pages
+    keep room for it (migration 0021), so it stays on the old one's page as a heap-only
+    tuple, no index entry written. On pages filled to the brim it moved to another page."""
+    wide = "aardvark " + " ".join(f"w{i:04d}" for i in range(600))  # ~7 pages of counters
+    store.upsert([ContextDocumentRecord(document_id="wide", body=wide, permission_scope="dock")])
+    page = _counter_page(store, "aardvark")  # the first group cut: on the first page
+    assert page == 0
+    for i in range(3):
+        store.upsert(
+            [
+                ContextDocumentRecord(
+                    document_id=f"again{i}", body="aardvark again", permission_scope="dock"
+                )
+            ]
+        )
+        assert _counter_page(store, "aardvark") == page

@@ -327,6 +327,8 @@ class TermStatsRow(Base):
             "lifecycle",
             postgresql_where=text("due"),
         ),
+        # Room on each page for a write to update its counters in place (migration 0021).
+        {"postgresql_with": {"fillfactor": 80}},
     )
 
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
