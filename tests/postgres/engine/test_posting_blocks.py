@@ -389,8 +389,9 @@ def test_a_write_updates_its_groups_counters_on_their_page(
     store: PostgresSearchConnector,
 ) -> None:
     """The counters of a group get a new row version with every write into it; the pages
-    keep room for it (migration 0021), so it stays on the old one's page as a heap-only
-    tuple, no index entry written. On pages filled to the brim it moved to another page."""
+    keep room for it (migration 0021), so it stays on the old one's page, the condition for
+    a heap-only tuple (no index entry written). On pages filled to the brim it moved to
+    another page."""
     wide = "aardvark " + " ".join(f"w{i:04d}" for i in range(600))  # ~7 pages of counters
     store.upsert([ContextDocumentRecord(document_id="wide", body=wide, permission_scope="dock")])
     page = _counter_page(store, "aardvark")  # the first group cut: on the first page
